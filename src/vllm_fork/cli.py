@@ -1,0 +1,191 @@
+"""Command line: ``vllm-fork SUBCOMMAND ...``.
+
+Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
+run); a later subcommand is one more entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .config import Config, load_config
+from .errors import ForkError
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Config], int]
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(offline=args.offline)
+
+
+# --- pin ---------------------------------------------------------------------------
+
+
+def _pin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("versions", nargs="+", metavar="VERSION", help="vLLM release(s) to pin")
+    p.add_argument("--supported", action="store_true", help="mark as a supported base")
+    p.add_argument("--default", action="store_true", help="make it the default base")
+
+
+def _pin_run(args: argparse.Namespace, config: Config) -> int:
+    from .pinner import pin_versions
+    from .sources import Fetcher
+
+    pins = pin_versions(
+        config, Fetcher(config), args.versions, supported=args.supported, default=args.default
+    )
+    for version in args.versions:
+        base = pins.get(version)
+        wheel = base.wheel.filename if base.wheel else "(no x86_64 wheel)"
+        print(f"{base.version}: {base.sdist.filename} {wheel}")
+    return 0
+
+
+# --- fetch -------------------------------------------------------------------------
+
+
+def _fetch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument("--wheel", action="store_true", help="also fetch upstream's x86_64 wheel")
+
+
+def _fetch_run(args: argparse.Namespace, config: Config) -> int:
+    from .pins import load_pins
+    from .sources import Fetcher
+    from .upstream import ensure_upstream
+
+    base = load_pins(config.bases_file).get(args.base)
+    fetcher = Fetcher(config)
+    print(fetcher.ensure(base.sdist))
+    ensure_upstream(config, base, fetcher)
+    if args.wheel:
+        if base.wheel is None:
+            raise ForkError(f"bases.toml pins no wheel for {base.version}")
+        print(fetcher.ensure(base.wheel))
+    return 0
+
+
+# --- materialize -------------------------------------------------------------------
+
+
+def _materialize_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="on a failing patch keep DIR at the last patch that applied",
+    )
+    p.add_argument("dir", type=Path, metavar="DIR", help="new (or empty) directory")
+
+
+def _materialize_run(args: argparse.Namespace, config: Config) -> int:
+    from .tree import materialize
+
+    result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
+    print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
+    return 0
+
+
+# --- export ------------------------------------------------------------------------
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+
+
+def _export_run(args: argparse.Namespace, config: Config) -> int:
+    from .export import export
+
+    result = export(config, args.dir)
+    state = "changed" if result.changed else "unchanged"
+    print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
+    for name in result.written:
+        print(f"  wrote {name}")
+    for name in result.removed:
+        print(f"  removed {name}")
+    return 0
+
+
+# --- status ------------------------------------------------------------------------
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _status_run(args: argparse.Namespace, config: Config) -> int:
+    from .status import compute_status, format_status
+
+    report = compute_status(config, args.base)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(format_status(report))
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "pin": Command(
+        "record a release's sdist and wheel hashes in bases.toml (reads the index)",
+        _pin_args,
+        _pin_run,
+    ),
+    "fetch": Command(
+        "download and verify a base (and import it into the cache)", _fetch_args, _fetch_run
+    ),
+    "materialize": Command(
+        "make a git work tree: upstream commit + one commit per patch",
+        _materialize_args,
+        _materialize_run,
+    ),
+    "export": Command(
+        "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
+    ),
+    "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-fork",
+        description="Keep the hardened vLLM fork as a patch series over pinned upstream releases.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--offline", action="store_true", help="never use the network (also VLLM_FORK_OFFLINE=1)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args._command.run(args, _config(args))
+    except ForkError as exc:
+        print(f"vllm-fork: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("vllm-fork: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Errors raised by the tool. The CLI turns each into one clear message."""
+
+from __future__ import annotations
+
+
+class ForkError(Exception):
+    """Base class: a failure the user can act on. ``exit_code`` is the CLI status."""
+
+    exit_code = 1
+
+
+class UsageError(ForkError):
+    """Bad command-line input (wrong version, bad directory, ...)."""
+
+    exit_code = 2
+
+
+class ConfigError(ForkError):
+    """The repository, bases.toml or the pip configuration cannot be used."""
+
+
+class UnknownVersionError(UsageError):
+    """A version that bases.toml does not pin."""
+
+
+class NotOnIndexError(ForkError):
+    """A pinned file cannot be found on any configured index."""
+
+
+class NetworkError(ForkError):
+    """The index could not be reached or the transfer failed."""
+
+
+class OfflineError(ForkError):
+    """Offline mode is on and the cache cannot serve the request."""
+
+
+class HashMismatchError(ForkError):
+    """A downloaded or cached file does not have the pinned sha256."""
+
+
+class UnsafeArchiveError(ForkError):
+    """An archive member that would escape or harm the extraction directory."""
+
+
+class GitError(ForkError):
+    """A git command failed."""
+
+
+class SeriesError(ForkError):
+    """A patch series or patch header is malformed."""
+
+
+class PatchFailedError(ForkError):
+    """A patch of the series does not apply to its base."""
+
+
+class WorkTreeError(ForkError):
+    """A work tree directory cannot be used as asked."""

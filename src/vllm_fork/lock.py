@@ -1,0 +1,37 @@
+"""An inter-process lock on the cache, so concurrent runs do not race on imports."""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_held: dict[Path, int] = {}
+_guard = threading.Lock()
+
+
+@contextmanager
+def cache_lock(cache_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``cache_dir`` (re-entrant within one process)."""
+    path = (cache_dir / ".lock").resolve()
+    with _guard:
+        depth = _held.get(path, 0)
+        _held[path] = depth + 1
+    if depth:
+        try:
+            yield
+        finally:
+            with _guard:
+                _held[path] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            with _guard:
+                del _held[path]
+            fcntl.flock(fh, fcntl.LOCK_UN)
