@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -182,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ForkError as exc:
         print(f"vllm-fork: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # Output piped into e.g. `head`: not an error of ours.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
     except KeyboardInterrupt:
         print("vllm-fork: interrupted", file=sys.stderr)
         return 130
