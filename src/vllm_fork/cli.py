@@ -170,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
+        p.add_argument(
+            "--offline",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="never use the network (also VLLM_FORK_OFFLINE=1)",
+        )
         command.add_arguments(p)
         p.set_defaults(_command=command)
     return parser
