@@ -104,3 +104,11 @@ def test_later_index_is_searched_and_file_index_read(
     got = fetcher.ensure(FilePin(other.name, digest))
     assert got.read_bytes() == other.read_bytes()
     assert fetcher.ensure(pin_of(fork_repo)).name == fork_repo.sdist.name
+
+
+def test_stale_partial_files_are_removed(fork_repo: ForkRepo) -> None:
+    stale = fork_repo.config.tmp_dir / ".vllm-9.9.9.tar.gz.abc.part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"half a download")
+    Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
+    assert not stale.exists()

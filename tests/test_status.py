@@ -71,3 +71,16 @@ def test_status_with_series_applied_in_a_temporary_index(
     assert data["changes"]["ar-rms-pack-gate"]["state"] == "carried"
     text = format_status(report)
     assert "ar-rms-pack-gate  carried" in text and "<- 0001-ROCm-Change-f3.patch" in text
+
+
+def test_status_of_a_work_tree_on_disk(fork_repo: ForkRepo, probes: None, tmp_path: Path) -> None:
+    tree = make_series(fork_repo, tmp_path)
+    report = compute_status(fork_repo.config, None, tree)
+    by_change = {c.change: c for c in report.changes}
+    assert by_change["ar-rms-pack-gate"].state == "carried"
+    assert by_change["ar-rms-pack-gate"].patches == ("[ROCm] Change f3", "[ROCm][Tests] Cover f3")
+    # an uncommitted edit that undoes the change is seen
+    layer = tree / "vllm/layer.py"
+    layer.write_text(layer.read_text().replace("x + 33", "x + 3"))
+    report = compute_status(fork_repo.config, None, tree)
+    assert states(report)["ar-rms-pack-gate"] == "missing"
