@@ -1,7 +1,8 @@
 """`vllm-fork export`: regenerate ``series/<V>/`` from a work tree's commits.
 
 The commits after ``upstream/<V>`` are written with ``git format-patch``
-(options fixed, user git configuration ignored) so that a materialized and
+(the options of docs/series-format.md, git's defaults, the user's git
+configuration ignored) so that a materialized and
 unchanged tree exports byte-identical files. Files whose content did not
 change are left untouched; patch files that are no longer produced are
 removed; the series file is rewritten only when the list changed.
@@ -28,9 +29,7 @@ FORMAT_PATCH = (
     "--no-signature",
     "--full-index",
     "--no-numbered",
-    "--no-renames",
     "--diff-algorithm=myers",
-    "--stat=72",
     "--quiet",
 )
 SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
