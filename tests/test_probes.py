@@ -871,3 +871,54 @@ def test_ar_rms_gate_in_communicator(tmp_path):
 def test_ar_rms_no_rule_found_is_absent(tmp_path):
     f = probe("ar-rms-pack-gate", make_tree(tmp_path, {AITER_OPS: AR_DELEGATING}))
     assert f.state == A
+
+
+ROUTER_GUARDED_BY_TIES = (
+    ROUTER_FP32
+    + """
+    def narrow_router(self):
+        bias = self.gate.e_score_correction_bias
+        values = torch.unique(bias.data)
+        if torch.unique(values.to(self.gate.weight.dtype)).numel() == values.numel():
+            self.gate.out_dtype = self.gate.weight.dtype
+
+
+def narrow_all(model):
+    for m in model.modules():
+        m.narrow_router()
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def load_weights(self, weights):
+        loaded = self.model.load(weights)
+        narrow_all(self)
+        return loaded
+"""
+)
+
+
+def test_dsv32_guard_by_distinct_values(tmp_path):
+    tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_GUARDED_BY_TIES, SPARSE: BUILDER_CACHED})
+    f = probe("dsv32-decode", tree)
+    assert f.state == P, f.reason
+    assert f.hardening["bias-precision-guard"]
+
+
+def test_dsv32_none_check_alone_is_no_complete_key(tmp_path):
+    only_none = BUILDER_CACHED.replace(
+        "if key != self._last_key:", "if key is None or key != self._last_key:"
+    )
+    tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_BF16, SPARSE: only_none})
+    assert not probe("dsv32-decode", tree).hardening["complete-metadata-key"]
+
+
+def test_dsv32_key_on_per_token_lengths(tmp_path):
+    per_token = BUILDER_CACHED.replace(
+        "key = (num_tokens, int(cm.max_query_len), np.minimum(seq_lens, 2048).tobytes())",
+        "starts = cm.query_start_loc_cpu.numpy()\n"
+        "        kv_lens = per_token_kv_lens(starts, seq_lens, 2048)\n"
+        "        key = (num_tokens, kv_lens.tobytes())",
+    )
+    assert per_token != BUILDER_CACHED
+    tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_BF16, SPARSE: per_token})
+    assert probe("dsv32-decode", tree).hardening["complete-metadata-key"]

@@ -278,8 +278,12 @@ def probe_dsv32_decode(tree: SourceTree) -> Finding:
     return Finding(PRESENT, reason, hardening)
 
 
-_QUERY_LENS = re.compile(r"query_start_loc|query_lens?$|^qo_indptr|cu_seqlens_q|seg_len|q_lens?$")
+_QUERY_LENS = re.compile(
+    r"query_start_loc|(^|_)query_lens?$|^qo_indptr|cu_seqlens_q|seg_len|(^|_)q_lens?$"
+)
 _CONTEXT = re.compile(r"context|num_computed|computed_tokens|prefix_len")
+_BYPASS = re.compile(r"query_len|prefill|spec|decode|draft", re.I)
+_CLAMPS = frozenset({"minimum", "min", "clip", "clamp", "clamp_max"})
 
 
 def _key_exprs(build: pyast.FuncDef, guards: list[ast.expr]) -> list[ast.expr]:
@@ -299,28 +303,27 @@ def _key_exprs(build: pyast.FuncDef, guards: list[ast.expr]) -> list[ast.expr]:
 
 
 def _complete_key(build: pyast.FuncDef, guards: list[ast.expr]) -> bool:
-    """The key covers per-request query lengths and context lengths, or the
-    cache is bypassed for some batches (``or`` in the skip test, or the cached
-    key is reset to None in build)."""
+    """The key covers per-request query lengths and context lengths (or seq_lens
+    not clamped to topk), or the cache is bypassed for batches with more than
+    one query token (an ``or`` operand about query lengths, prefills or
+    speculative decode in the skip test)."""
     for g in guards:
         if isinstance(g, ast.BoolOp) and isinstance(g.op, ast.Or):
-            return True
-    key_attrs = {a for g in guards for n in ast.walk(g) if (a := pyast.self_attr(n))}
-    for node in ast.walk(build):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Constant)
-            and node.value.value is None
-            and any(pyast.self_attr(t) in key_attrs for t in node.targets)
-        ):
-            return True
+            for operand in g.values:
+                if any(_BYPASS.search(i) for i in pyast.identifiers(operand)):
+                    return True
     assigns = pyast.local_assignments(build)
     has_query = has_context = False
     for elt in _key_exprs(build, guards):
         ids = pyast.dataflow_ids(elt, assigns)
+        unclamped = pyast.dataflow_ids(elt, assigns, stop_calls=_CLAMPS)
         if any(_QUERY_LENS.search(i) for i in ids):
             has_query = True
-        if any(_CONTEXT.search(i) for i in ids) or _seq_minus_query(elt, assigns):
+        if (
+            any(_CONTEXT.search(i) for i in ids)
+            or any("seq_len" in i for i in unclamped)
+            or _seq_minus_query(elt, assigns)
+        ):
             has_context = True
     return has_query and has_context
 
@@ -357,16 +360,25 @@ def _host_seqlens_guard(module: ast.Module, build: pyast.FuncDef) -> bool:
 
 
 def _bias_guard(module: ast.Module) -> pyast.FuncDef | None:
-    """A function run after weights load that decides the router dtype from
-    whether the bf16-rounded bias selects the same experts."""
+    """A function run after weights load (reachable from ``load_weights`` or a
+    ``process_weights_after_loading``-like function) that rounds the bias and
+    compares expert selection (topk/argsort/sort/argmax) or distinct values
+    (unique) before and after rounding."""
     candidates = []
     for fn in pyast.functions(module):
-        ids = pyast.identifiers(fn)
-        low = {i.lower() for i in ids}
+        low = {i.lower() for i in pyast.identifiers(fn)}
+        rounds = any(pyast.call_name(c) == "to" for c in pyast.calls(fn))
+        compares = any(isinstance(n, ast.Compare) for n in ast.walk(fn)) or low & {
+            "equal",
+            "allclose",
+            "all",
+            "any",
+        }
         if (
             any("bias" in i for i in low)
-            and low & {"topk", "argsort", "sort", "argmax", "grouped_topk"}
-            and any("bfloat16" in i or "out_dtype" in i or "bf16" in i for i in low)
+            and low & {"topk", "argsort", "sort", "argmax", "grouped_topk", "unique"}
+            and rounds
+            and compares
         ):
             candidates.append(fn)
     if not candidates:

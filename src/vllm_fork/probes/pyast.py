@@ -199,11 +199,13 @@ def dataflow_ids(
     assigns: dict[str, list[ast.expr]],
     *,
     skip_scalars: bool = True,
+    stop_calls: frozenset[str] = frozenset(),
     _seen: set[str] | None = None,
 ) -> set[str]:
     """Identifiers ``expr`` depends on, following local assignments.
     With ``skip_scalars``, parts that reduce an array to one number (indexing with
-    a scalar, ``int()``, ``.item()``, ``len()``...) contribute nothing."""
+    a scalar, ``int()``, ``.item()``, ``len()``...) contribute nothing; so do
+    the arguments of calls named in ``stop_calls``."""
     seen = set() if _seen is None else _seen
     out: set[str] = set()
 
@@ -213,12 +215,18 @@ def dataflow_ids(
                 return
             if isinstance(n, ast.Call) and call_name(n) in SCALAR_CALLS:
                 return
+        if isinstance(n, ast.Call) and call_name(n) in stop_calls:
+            return
         if isinstance(n, ast.Name):
             out.add(n.id)
             if n.id in assigns and n.id not in seen:
                 seen.add(n.id)
                 for v in assigns[n.id]:
-                    out.update(dataflow_ids(v, assigns, skip_scalars=skip_scalars, _seen=seen))
+                    out.update(
+                        dataflow_ids(
+                            v, assigns, skip_scalars=skip_scalars, stop_calls=stop_calls, _seen=seen
+                        )
+                    )
             return
         if isinstance(n, ast.Attribute):
             out.add(n.attr)
