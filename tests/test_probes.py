@@ -922,3 +922,36 @@ def test_dsv32_key_on_per_token_lengths(tmp_path):
     assert per_token != BUILDER_CACHED
     tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_BF16, SPARSE: per_token})
     assert probe("dsv32-decode", tree).hardening["complete-metadata-key"]
+
+
+def test_dsv32_metadata_call_in_helper_method(tmp_path):
+    helper = BUILDER_CACHED.replace(
+        "            from aiter import get_mla_metadata_v1\n"
+        "            get_mla_metadata_v1(self.indptr, self.indices)\n",
+        "            self._plan_work()\n",
+    ) + (
+        "\n    def _plan_work(self):\n"
+        "        from aiter import get_mla_metadata_v1\n"
+        "        get_mla_metadata_v1(self.indptr, self.indices)\n"
+    )
+    assert "_plan_work" in helper
+    tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_BF16, SPARSE: helper})
+    f = probe("dsv32-decode", tree)
+    assert f.state == P, f.reason
+    every_build = helper.replace("if key != self._last_key:", "if True:")
+    tree = make_tree(tmp_path, {SPARSE: every_build})
+    f = probe("dsv32-decode", tree)
+    assert f.state == A and "metadata-cache" in f.reason
+
+
+def test_rope_error_message_is_not_a_copy(tmp_path):
+    text = ROPE_BOUNDED.replace(
+        '" or float32");', '" or float32; convert it with cos_sin_cache.to(torch.float32)");'
+    )
+    assert text != ROPE_BOUNDED
+    assert probe("rope-cache-dtype", make_tree(tmp_path, {KERNEL_HEAD: text})).state == P
+
+
+def test_gittree_rejects_option_like_rev(tmp_path):
+    with pytest.raises(ValueError):
+        GitTree(tmp_path, "--all")

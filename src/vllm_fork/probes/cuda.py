@@ -31,6 +31,11 @@ def strip_comments(text: str) -> str:
     return "".join(out)
 
 
+def strip_strings(text: str) -> str:
+    """Empty the string literals of comment-free ``text`` (keeps the quotes)."""
+    return re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)
+
+
 def matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
     """Index of the bracket closing the one at ``start`` (-1 if unbalanced)."""
     depth = 0

@@ -206,30 +206,46 @@ def _builder(module: ast.Module) -> tuple[ast.ClassDef, pyast.FuncDef] | None:
     return None
 
 
-def _metadata_part(cls: ast.ClassDef, build: pyast.FuncDef) -> tuple[str, str, list[ast.expr]]:
-    sites = pyast.calls(build, "get_mla_metadata_v1")
-    if not sites:
-        return NA, "builder never calls get_mla_metadata_v1", []
-    parent_of = pyast.parents(build)
-    conds = pyast.guards(sites[0], parent_of)
-    stateful = [
-        g
-        for g in conds
-        if any(pyast.self_attr(n) for n in ast.walk(g))
-        and any(isinstance(n, ast.Compare | ast.Call) for n in ast.walk(g))
-    ]
-    if stateful:
-        return PRESENT, "get_mla_metadata_v1 skipped when inputs unchanged", stateful
-    return "missing", "get_mla_metadata_v1 runs every build", []
+def _metadata_part(
+    cls: ast.ClassDef, build: pyast.FuncDef
+) -> tuple[str, str, pyast.FuncDef, list[ast.expr]]:
+    """State of the metadata cache, the function holding the key test, and the
+    stateful guards of the get_mla_metadata_v1 call (or of the call of the
+    helper method that makes it)."""
+    for fn in pyast.reachable(cls, [build], depth=2):
+        sites = pyast.calls(fn, "get_mla_metadata_v1")
+        if not sites:
+            continue
+        holders = [(fn, sites[0])]
+        if fn is not build:
+            holders += [(build, c) for c in pyast.calls(build, fn.name)]
+        for holder, site in holders:
+            stateful = [
+                g
+                for g in pyast.guards(site, pyast.parents(holder))
+                if any(pyast.self_attr(n) for n in ast.walk(g))
+                and any(isinstance(n, ast.Compare | ast.Call) for n in ast.walk(g))
+            ]
+            if stateful:
+                return (
+                    PRESENT,
+                    "get_mla_metadata_v1 skipped when inputs unchanged",
+                    holder,
+                    stateful,
+                )
+        return "missing", "get_mla_metadata_v1 runs every build", build, []
+    return NA, "builder never calls get_mla_metadata_v1", build, []
 
 
-def _whole_fills(build: pyast.FuncDef) -> list[str]:
+def _whole_fills(cls: ast.ClassDef, build: pyast.FuncDef) -> list[str]:
+    """Persistent buffers (self attributes) zero-filled whole in build()."""
     out = []
-    for c in pyast.calls(build):
-        if pyast.call_name(c) in ("fill_", "zero_") and isinstance(c.func, ast.Attribute):
-            name = pyast.self_attr(c.func.value)
-            if name is not None:
-                out.append(name)
+    for fn in pyast.reachable(cls, [build], depth=2):
+        for c in pyast.calls(fn):
+            if pyast.call_name(c) in ("fill_", "zero_") and isinstance(c.func, ast.Attribute):
+                name = pyast.self_attr(c.func.value)
+                if name is not None and name not in out:
+                    out.append(name)
     return out
 
 
@@ -250,17 +266,17 @@ def probe_dsv32_decode(tree: SourceTree) -> Finding:
     cls, build = found
     parts: dict[str, tuple[str, str]] = {}
     parts["router"] = _router_part(model)
-    meta_state, meta_detail, key_guards = _metadata_part(cls, build)
+    meta_state, meta_detail, key_fn, key_guards = _metadata_part(cls, build)
     parts["metadata-cache"] = (meta_state, meta_detail)
-    fills = _whole_fills(build)
+    fills = _whole_fills(cls, build)
     parts["tail-fills"] = (
         ("missing", "whole-buffer fills of " + ", ".join(fills))
         if fills
         else (PRESENT, "only shrink-tail fills")
     )
     if key_guards:
-        hardening["complete-metadata-key"] = _complete_key(build, key_guards)
-        hardening["no-reuse-without-host-seqlens"] = _host_seqlens_guard(sparse, build)
+        hardening["complete-metadata-key"] = _complete_key(key_fn, key_guards)
+        hardening["no-reuse-without-host-seqlens"] = _host_seqlens_guard(sparse, key_fn)
     hardening["bias-precision-guard"] = _bias_guard(model) is not None
     applicable = {k: v for k, v in parts.items() if v[0] != NA}
     if not applicable:

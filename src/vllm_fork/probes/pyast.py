@@ -144,7 +144,7 @@ def env_names(tree: ast.AST) -> set[str]:
     return out
 
 
-def reachable(module: ast.Module, roots: list[FuncDef], depth: int = 3) -> list[FuncDef]:
+def reachable(module: ast.AST, roots: list[FuncDef], depth: int = 3) -> list[FuncDef]:
     """``roots`` plus the functions/methods of ``module`` they call by name,
     followed ``depth`` levels deep."""
     by_name: dict[str, list[FuncDef]] = {}

@@ -40,7 +40,7 @@ def _cache_param(fn: cuda.CFunction) -> str | None:
 
 def _fp32_copies(host: cuda.CFunction, cache: str) -> list[str]:
     """Statements of the host function converting the whole cache to float32."""
-    stmts = re.split(r"[;{}]", host.body)
+    stmts = re.split(r"[;{}]", cuda.strip_strings(host.body))
     return [
         " ".join(s.split())
         for s in stmts
@@ -57,7 +57,7 @@ def _bounded_dispatch(text: str) -> bool:
     for macro, first in cuda.macro_calls(text):
         if "cache" in first.lower() and macro not in local:
             return False
-    stmts = re.split(r"[;{}]", text)
+    stmts = re.split(r"[;{}]", cuda.strip_strings(text))
     # variables holding the cache's dtype, e.g. ``auto t = cos_sin_cache.scalar_type()``
     holders = {"cache"}
     for stmt in stmts:

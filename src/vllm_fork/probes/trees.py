@@ -46,6 +46,8 @@ class GitTree:
         self.repo = Path(repo)
         self.rev = rev
         self._cache: dict[str, str | None] = {}
+        if not rev or rev.startswith("-"):
+            raise ValueError(f"not a revision: {rev!r}")
         out = subprocess.run(
             ["git", "-C", str(self.repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{tree}}"],
             capture_output=True,
