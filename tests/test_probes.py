@@ -955,3 +955,15 @@ def test_rope_error_message_is_not_a_copy(tmp_path):
 def test_gittree_rejects_option_like_rev(tmp_path):
     with pytest.raises(ValueError):
         GitTree(tmp_path, "--all")
+
+
+@pytest.mark.parametrize(
+    ("real_check", "expected"),
+    [("cache.is_floating_point()", True), ("cache.numel() > 0", False)],
+)
+def test_rope_bf16_buffer_real_cache_check(tmp_path, real_check, expected):
+    text = BASE_HARDENED.replace("not cache.is_complex()", real_check)
+    assert text != BASE_HARDENED
+    f = probe("rope-bf16-buffer", make_tree(tmp_path, {ROPE_BASE: text}))
+    assert f.state == P
+    assert f.hardening["no-unusable-buffer"] is expected

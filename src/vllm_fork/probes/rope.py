@@ -266,7 +266,8 @@ def _checks_buffer_dtype(fns: list[pyast.FuncDef], name: str) -> bool:
 
 
 def _creation_guarded(module: ast.Module, fn: pyast.FuncDef, call: ast.Call) -> bool:
-    """The buffer is created only under AITER, for a non-bf16, non-complex cache."""
+    """The buffer is created only under AITER, for a non-bf16, real (not complex:
+    ``is_complex`` / ``is_floating_point``) cache."""
     ids: set[str] = set()
     for g in pyast.guards(call, pyast.parents(fn)):
         ids |= pyast.identifiers(g)
@@ -278,7 +279,7 @@ def _creation_guarded(module: ast.Module, fn: pyast.FuncDef, call: ast.Call) -> 
     return (
         any("aiter" in i for i in low)
         and any("bfloat16" in i or "bf16" in i for i in low)
-        and any("complex" in i for i in low)
+        and any("complex" in i or "is_floating_point" in i for i in low)
     )
 
 
