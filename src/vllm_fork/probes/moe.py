@@ -18,6 +18,7 @@ ROUTER_CALLERS = (
 )
 SPARSE_MLA = "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py"
 BIAS = "e_score_correction_bias"
+MISSING = "missing"  # state of one part of a change
 POST_LOAD = re.compile(r"load_weights|after_load|post_load|weights_loaded|process_weights")
 
 
@@ -54,17 +55,18 @@ def _bias_precast(module: ast.Module) -> list[str]:
     return found
 
 
-def _wrapper_state(module: ast.Module | None) -> str:
-    """'conditional' | 'always' | 'never' | 'missing' cast in biased_grouped_topk."""
+def _wrapper_state(module: ast.Module | None) -> str | None:
+    """How biased_grouped_topk casts its bias: 'conditional' | 'always' | 'never';
+    None when there is no such wrapper."""
     if module is None:
-        return "missing"
+        return None
     wrappers = [
         fn
         for cls in pyast.classes_with_method(module, "biased_grouped_topk")
         if (fn := pyast.method(cls, "biased_grouped_topk")) is not None
     ]
     if not wrappers:
-        return "missing"
+        return None
     fn = wrappers[0]
     params = [a.arg for a in fn.args.args]
     bias = next((p for p in params if "bias" in p), None)
@@ -117,7 +119,7 @@ def _passes_cast_bias(fn: pyast.FuncDef) -> bool:
 def probe_moe_bias_precast(tree: SourceTree) -> Finding:
     ops = pyast.parse(tree.read_text(AITER_OPS))
     wrapper = _wrapper_state(ops)
-    if wrapper == "missing":
+    if wrapper is None:
         return Finding(NA, f"no biased_grouped_topk wrapper in {AITER_OPS}", {})
     model = pyast.parse(tree.read_text(DEEPSEEK))
     if model is None:
@@ -172,7 +174,7 @@ def _is_low_precision(expr: ast.AST) -> bool:
 
 
 def _router_part(module: ast.Module) -> tuple[str, str]:
-    """('present'|'missing'|'n/a', detail) for the bf16 router output."""
+    """(PRESENT | MISSING | NA, detail) for the bf16 router output."""
     cls = _moe_class(module)
     if cls is None:
         return NA, "no MoE class setting the router dtype"
@@ -187,14 +189,17 @@ def _router_part(module: ast.Module) -> tuple[str, str]:
     if not aiter_calls:
         # Releases without an AITER-specific router dtype: the router already
         # produces bf16 unless the expert kernel asks for fp32.
-        if any(c.args and pyast.mentions(c.args[0], "bfloat16") for c in pyast.calls(cls)):
+        if any(
+            c.args and pyast.mentions(c.args[0], "bfloat16")
+            for c in pyast.calls(cls, "set_out_dtype")
+        ):
             return PRESENT, "router bf16 without AITER-specific override"
-        return "missing", "no AITER router dtype"
+        return MISSING, "no AITER router dtype"
     if any(c.args and _is_low_precision(c.args[0]) for c in aiter_calls):
         return PRESENT, "router in gate weight dtype under AITER+bias"
     if _bias_guard(module) is not None:
         return PRESENT, "router dtype decided after weights load"
-    return "missing", "router forced to float32 under AITER+bias"
+    return MISSING, "router forced to float32 under AITER+bias"
 
 
 def _builder(module: ast.Module) -> tuple[ast.ClassDef, pyast.FuncDef] | None:
@@ -233,7 +238,7 @@ def _metadata_part(
                     holder,
                     stateful,
                 )
-        return "missing", "get_mla_metadata_v1 runs every build", build, []
+        return MISSING, "get_mla_metadata_v1 runs every build", build, []
     return NA, "builder never calls get_mla_metadata_v1", build, []
 
 
@@ -270,7 +275,7 @@ def probe_dsv32_decode(tree: SourceTree) -> Finding:
     parts["metadata-cache"] = (meta_state, meta_detail)
     fills = _whole_fills(cls, build)
     parts["tail-fills"] = (
-        ("missing", "whole-buffer fills of " + ", ".join(fills))
+        (MISSING, "whole-buffer fills of " + ", ".join(fills))
         if fills
         else (PRESENT, "only shrink-tail fills")
     )
