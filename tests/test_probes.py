@@ -967,3 +967,25 @@ def test_rope_bf16_buffer_real_cache_check(tmp_path, real_check, expected):
     f = probe("rope-bf16-buffer", make_tree(tmp_path, {ROPE_BASE: text}))
     assert f.state == P
     assert f.hardening["no-unusable-buffer"] is expected
+
+
+def test_ar_rms_switch_through_class_attribute(tmp_path):
+    text = """\
+import vllm.envs as envs
+
+class rocm_aiter_ops:
+    _AR_RMS_ONE_SHOT = envs.VLLM_ROCM_AITER_AR_RMS_ONE_SHOT
+
+    @classmethod
+    def fused_ar_rms_one_shot_allowed(cls):
+        return cls._AR_RMS_ONE_SHOT
+
+""" + AR_PACK.replace(
+        "    use_1stage = hidden_ok",
+        "    use_1stage = rocm_aiter_ops.fused_ar_rms_one_shot_allowed() and hidden_ok",
+    )
+    f = probe("ar-rms-pack-gate", make_tree(tmp_path, {AITER_OPS: text}))
+    assert f.state == P and f.hardening == {"two-stage-switch": True}
+    unrelated = text.replace("AR_RMS_ONE_SHOT", "AR_RMS_ENABLED")
+    f = probe("ar-rms-pack-gate", make_tree(tmp_path, {AITER_OPS: unrelated}))
+    assert f.hardening == {"two-stage-switch": False}

@@ -13,6 +13,9 @@ IMPL = "_rocm_aiter_fused_allreduce_rmsnorm_impl"
 # Files that may hold the 1-stage gate the impl delegates to (0.33.0 moved it).
 GATE_FILES = ("vllm/distributed/device_communicators/aiter_custom_all_reduce.py",)
 WHITELIST = {512, 1024, 2048, 4096, 7168}
+# An environment variable read by the gate whose name holds one of these words
+# is taken as the switch that forces the 2-stage kernel.
+SWITCH_WORDS = ("STAGE", "SHOT")
 
 
 def _gate_functions(tree: SourceTree, module: ast.Module) -> list[tuple[ast.Module, pyast.FuncDef]]:
@@ -98,7 +101,7 @@ def probe_ar_rms_pack_gate(tree: SourceTree) -> Finding:
         by_module.setdefault(id(mod), (mod, []))[1].append(fn)
     for mod, fns in by_module.values():
         envs |= _env_closure(mod, fns)
-    hardening["two-stage-switch"] = any("STAGE" in e.upper() for e in envs)
+    hardening["two-stage-switch"] = any(w in e.upper() for e in envs for w in SWITCH_WORDS)
     whitelist = [fn.name for _, fn in gates if _has_whitelist(fn)]
     pack = [fn.name for _, fn in gates if _has_pack_rule(fn)]
     if whitelist:
