@@ -219,3 +219,17 @@ def test_renames_round_trip_and_match_documented_command(
     materialize(fork_repo.config, None, again)
     assert (again / "csrc/kernels.cu").is_file() and not (again / "csrc/kernel.cu").exists()
     assert not export(fork_repo.config, again).changed
+
+
+def test_export_refuses_paths_the_build_overwrites(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    commit(
+        tree,
+        "[ROCm] Touch vendored code",
+        "No.",
+        trailer_block(),
+        {"vllm/third_party/x.py": "z = 1\n"},
+    )
+    with pytest.raises(SeriesError, match="must not change paths.*vllm/third_party/x.py"):
+        export(fork_repo.config, tree)
