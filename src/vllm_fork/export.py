@@ -32,6 +32,8 @@ FORMAT_PATCH = (
     "--diff-algorithm=myers",
     "--quiet",
 )
+# The precompiled build overwrites these paths with upstream's binaries' files.
+FORBIDDEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
 SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
 
 
@@ -87,6 +89,14 @@ def export(config: Config, tree: Path) -> ExportResult:
     merges = git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree)
     if merges:
         raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
+
+    touched = git_out(["diff", "--name-only", "--no-renames", tag, "HEAD"], cwd=tree).splitlines()
+    forbidden = [p for p in touched if p.startswith(FORBIDDEN_PREFIXES)]
+    if forbidden:
+        raise SeriesError(
+            "the fork must not change paths that the precompiled build overwrites: "
+            + ", ".join(forbidden[:10])
+        )
 
     series_dir = config.series_dir(version)
     with tempfile.TemporaryDirectory(prefix="vllm-fork-export-") as tmp:
