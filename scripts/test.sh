@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lint and test the tool: ruff check, ruff format --check, pytest.
+# Lint and test the tool (ruff check, ruff format --check, pytest), then run
+# the series tests of the default base in a materialized tree (scripts/test-tree.sh).
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not network").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -9,3 +10,9 @@ ensure_venv dev
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+
+# The fork's own tests inside a materialized tree of the default base
+# (skip with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool).
+if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
+    scripts/test-tree.sh
+fi

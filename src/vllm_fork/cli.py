@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -143,6 +144,51 @@ def _status_run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+# --- test --------------------------------------------------------------------------
+
+
+def _test_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter with torch and the tree's requirements (default: this one)",
+    )
+    p.add_argument(
+        "--prove-fail",
+        action="store_true",
+        help="also run each change/hardening patch's tests without that patch: they must fail",
+    )
+    p.add_argument(
+        "--pytest-args",
+        default="",
+        metavar="ARGS",
+        help="extra pytest arguments, one string split as a shell would (e.g. '-x -k gate')",
+    )
+
+
+def _test_run(args: argparse.Namespace, config: Config) -> int:
+    from .forktests import format_proofs, prove_failing, run_fork_tests, sim_plugin_args
+
+    tree = args.dir.absolute()
+    extra = [*sim_plugin_args(tree), *shlex.split(args.pytest_args)]
+    outcome = run_fork_tests(tree, args.python, extra)
+    print(f"fork tests on {tree}: {outcome.summary()}")
+    status = 0 if outcome.green else 1
+    if args.prove_fail:
+        proofs = prove_failing(tree, args.python, extra)
+        print(format_proofs(proofs))
+        if not all(proof.ok for proof in proofs):
+            print("vllm-fork: error: some patch's tests pass without it", file=sys.stderr)
+            status = 1
+    # pytest-style closing line for whoever reads only the end of the log
+    print(
+        f"{outcome.passed} passed, {outcome.failed + outcome.errors} failed, "
+        f"{outcome.skipped} skipped"
+    )
+    return status
+
+
 COMMANDS: dict[str, Command] = {
     "pin": Command(
         "record a release's sdist and wheel hashes in bases.toml (reads the index)",
@@ -161,6 +207,11 @@ COMMANDS: dict[str, Command] = {
         "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+    "test": Command(
+        "run the series' tests in a work tree (and prove they fail without their patch)",
+        _test_args,
+        _test_run,
+    ),
 }
 
 

@@ -30,6 +30,7 @@ from .series import parse_trailers
 from .upstream import tag_for
 
 JUDGED_PARTS = ("change", "hardening")
+SIM_PLUGIN = "tests/rocm/sim/plugin.py"
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,17 @@ class FailProof:
         return self.without is None or self.without.red or self.without.passed == 0
 
 
+def sim_plugin_args(tree: Path) -> list[str]:
+    """Load the fork's ROCm simulation as a pytest plugin when the tree has it.
+
+    The simulation must be active before vLLM resolves its platform, which
+    the tree's root conftest does, so it cannot be a conftest itself.
+    """
+    if (tree / SIM_PLUGIN).is_file():
+        return ["-p", SIM_PLUGIN.removesuffix(".py").replace("/", ".")]
+    return []
+
+
 def is_test_module(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
@@ -125,7 +137,7 @@ def parse_junit(path: Path, returncode: int) -> PytestOutcome:
     """Counts from pytest's JUnit XML report."""
     if not path.exists():
         # pytest died before writing its report (e.g. an import error in a plugin)
-        return PytestOutcome(returncode, tests=0, failed=0, errors=1, skipped=0)
+        return PytestOutcome(returncode, tests=1, failed=0, errors=1, skipped=0)
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     return PytestOutcome(

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Materialize a base with its series into a fresh work tree, run the series'
+# own tests in it on CPU (ROCm paths through the fork's ROCm simulation), and
+# prove every change/hardening patch's tests fail without that patch.
+# Usage: scripts/test-tree.sh [BASE]          (default: the default base)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/venv.sh
+source scripts/tree-venv.sh
+ensure_venv ""
+
+base="${1:-$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')}"
+dir="work/test-vllm-$base"
+if [[ -e "$dir" ]]; then
+    # Only ever remove a tree this script made before.
+    if [[ "$(git -C "$dir" config --get vllm-fork.base 2>/dev/null || true)" != "$base" ]]; then
+        echo "error: $dir exists and is not a work tree of $base made by this script" >&2
+        exit 1
+    fi
+    rm -rf "$dir"
+fi
+.venv/bin/vllm-fork materialize --base "$base" "$dir"
+ensure_tree_venv "$dir" .venv-tree
+.venv/bin/vllm-fork test "$dir" --python .venv-tree/bin/python --prove-fail
