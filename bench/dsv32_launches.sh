@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Launches per simulated DeepSeek-V3.2 decode step (casts, fills, metadata),
+# base vs fork, on CPU through the fork's ROCm simulation.
+#   base = upstream + the simulation patch only; fork = the whole series.
+# The benchmark script comes from the series; it is copied into the base tree.
+# Usage: bench/dsv32_launches.sh [DIR]   (DIR: a materialized default-base tree;
+#                                         made at work/vllm-<default> if absent)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/venv.sh
+source scripts/tree-venv.sh
+ensure_venv ""
+
+base="$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')"
+dir="${1:-work/vllm-$base}"
+[[ -d "$dir" ]] || .venv/bin/vllm-fork materialize --base "$base" "$dir"
+dir="$(cd "$dir" && pwd)"
+ensure_tree_venv "$dir" .venv-tree
+python="$PWD/.venv-tree/bin/python"
+bench="benchmarks/kernels/benchmark_dsv32_decode_launches.py"
+[[ -f "$dir/$bench" ]] || { echo "error: $dir has no $bench (not in this series)" >&2; exit 1; }
+
+tag="upstream/$(git -C "$dir" config --get vllm-fork.base)"
+sim=""
+while read -r sha change; do
+    [[ "$change" == "rocm-sim" ]] && sim="$sha"
+done < <(git -C "$dir" log --reverse --format='%H %(trailers:key=Fork-Change,valueonly,separator=)' "$tag..HEAD")
+[[ -n "$sim" ]] || { echo "error: the series of $dir has no rocm-sim patch" >&2; exit 1; }
+
+scratch="$(mktemp -d)"
+cleanup() { git -C "$dir" worktree remove --force "$scratch/base" 2>/dev/null || true; rm -rf "$scratch"; }
+trap cleanup EXIT
+git -C "$dir" worktree add -q --detach "$scratch/base" "$sim"
+cp "$dir/$bench" "$scratch/base/$bench"
+
+for bias in bf16-exact collapsing; do
+    for side in base fork; do
+        tree="$dir"; [[ "$side" == base ]] && tree="$scratch/base"
+        echo "## $side ($bias bias)"
+        (cd "$tree" && PYTHONPATH="$tree" "$python" "$bench" --bias "$bias" 2>/dev/null)
+        echo
+    done
+done
