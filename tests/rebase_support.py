@@ -108,6 +108,52 @@ def message(spec: PatchSpec) -> str:
     )
 
 
+V1, V2 = "1.0.0", "1.1.0"
+
+OTHER = PatchSpec(
+    "[Misc] Touch other",
+    "rope-bf16-buffer",
+    "change",
+    {"vllm/other.py": {3: "other line 3 patched"}},
+)
+OPS = PatchSpec(
+    "[ROCm] Edit ops next to an upstream edit",
+    "ar-rms-pack-gate",
+    "change",
+    {"vllm/ops.py": {20: "ops line 20 patched"}},
+)
+KERNEL = PatchSpec(
+    "[ROCm] Read the cache in its own dtype",
+    "rope-cache-dtype",
+    "change",
+    {"csrc/pos_encoding_kernels.cu": {12: "kernel line 12 patched"}},
+)
+MOE = PatchSpec(
+    "[ROCm] Precast the bias once",
+    "moe-bias-precast",
+    "change",
+    {"vllm/moe.py": {5: "moe line 5 precast once"}},
+)
+MOE_HARDENING = PatchSpec(
+    "[ROCm] Guard the precast bias",
+    "moe-bias-precast",
+    "hardening",
+    {"vllm/moe.py": {25: "moe line 25 guarded"}},
+)
+ROPE = PatchSpec(
+    "[ROCm] Change a rope line upstream also changed",
+    "dsv32-decode",
+    "change",
+    {"vllm/rope.py": {10: "rope line 10 fork version"}},
+)
+
+KEEP_FORK = ("rope line 10", "rope line 10 upstream version")
+KEEP_UPSTREAM = ("rope line 10", "rope line 10 fork version")
+
+CLEAN_SERIES = [OTHER, OPS, KERNEL, MOE, MOE_HARDENING]
+CONFLICT_SERIES = [OTHER, OPS, ROPE, KERNEL, MOE, MOE_HARDENING]
+
+
 def edit_lines(path: Path, lines: dict[int, str]) -> None:
     content = path.read_text().splitlines()
     for number, new in lines.items():
@@ -146,6 +192,7 @@ def make_fork(
     monkeypatch: pytest.MonkeyPatch,
     releases: dict[str, dict[str, str]],
     default: str,
+    supported: set[str] | None = None,
 ) -> Fork:
     root = tmp / "repo"
     (root / "series").mkdir(parents=True)
@@ -162,7 +209,8 @@ def make_fork(
         work = tmp / f"import-{version}"
         work.mkdir()
         import_sdist(repo, version, sdist, digest, work)
-        bases[version] = Base(version, FilePin(sdist.name, digest), supported=True)
+        is_supported = supported is None or version in supported
+        bases[version] = Base(version, FilePin(sdist.name, digest), supported=is_supported)
     save_pins(root / "bases.toml", Pins(default=default, bases=bases))
     monkeypatch.setenv("VLLM_FORK_ROOT", str(root))
     monkeypatch.setenv("VLLM_FORK_CACHE_DIR", str(cache))

@@ -21,7 +21,19 @@ from vllm_fork.tree import materialize
 
 try:
     from .rebase_support import (
+        CLEAN_SERIES,
+        CONFLICT_SERIES,
+        KEEP_FORK,
+        KEEP_UPSTREAM,
+        KERNEL,
+        MOE,
+        MOE_HARDENING,
+        OPS,
+        OTHER,
+        ROPE,
+        V1,
         V1_FILES,
+        V2,
         V2_FILES,
         Fork,
         PatchSpec,
@@ -33,7 +45,19 @@ try:
     )
 except ImportError:
     from rebase_support import (  # type: ignore[no-redef]
+        CLEAN_SERIES,
+        CONFLICT_SERIES,
+        KEEP_FORK,
+        KEEP_UPSTREAM,
+        KERNEL,
+        MOE,
+        MOE_HARDENING,
+        OPS,
+        OTHER,
+        ROPE,
+        V1,
         V1_FILES,
+        V2,
         V2_FILES,
         Fork,
         PatchSpec,
@@ -43,51 +67,6 @@ except ImportError:
         series_files,
         snapshot,
     )
-
-V1, V2 = "1.0.0", "1.1.0"
-
-OTHER = PatchSpec(
-    "[Misc] Touch other",
-    "rope-bf16-buffer",
-    "change",
-    {"vllm/other.py": {3: "other line 3 patched"}},
-)
-OPS = PatchSpec(
-    "[ROCm] Edit ops next to an upstream edit",
-    "ar-rms-pack-gate",
-    "change",
-    {"vllm/ops.py": {20: "ops line 20 patched"}},
-)
-KERNEL = PatchSpec(
-    "[ROCm] Read the cache in its own dtype",
-    "rope-cache-dtype",
-    "change",
-    {"csrc/pos_encoding_kernels.cu": {12: "kernel line 12 patched"}},
-)
-MOE = PatchSpec(
-    "[ROCm] Precast the bias once",
-    "moe-bias-precast",
-    "change",
-    {"vllm/moe.py": {5: "moe line 5 precast once"}},
-)
-MOE_HARDENING = PatchSpec(
-    "[ROCm] Guard the precast bias",
-    "moe-bias-precast",
-    "hardening",
-    {"vllm/moe.py": {25: "moe line 25 guarded"}},
-)
-ROPE = PatchSpec(
-    "[ROCm] Change a rope line upstream also changed",
-    "dsv32-decode",
-    "change",
-    {"vllm/rope.py": {10: "rope line 10 fork version"}},
-)
-
-KEEP_FORK = ("rope line 10", "rope line 10 upstream version")
-KEEP_UPSTREAM = ("rope line 10", "rope line 10 fork version")
-
-CLEAN_SERIES = [OTHER, OPS, KERNEL, MOE, MOE_HARDENING]
-CONFLICT_SERIES = [OTHER, OPS, ROPE, KERNEL, MOE, MOE_HARDENING]
 
 
 def quiet(_: str) -> None:
