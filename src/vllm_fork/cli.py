@@ -17,6 +17,7 @@ from pathlib import Path
 from . import __version__
 from .config import Config, load_config
 from .errors import ForkError
+from .rebase_cli import matrix_args, matrix_run, rebase_args, rebase_run
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ COMMANDS: dict[str, Command] = {
         "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+    "rebase": Command("replay a work tree's series onto a newer upstream release (3-way)",
+                      rebase_args, rebase_run),
+    "matrix": Command("per release: each change's state and whether the series applies",
+                      matrix_args, matrix_run),
 }
 
 
