@@ -125,12 +125,18 @@ def _export_run(args: argparse.Namespace, config: Config) -> int:
 def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--tree",
+        type=Path,
+        metavar="DIR",
+        help="probe a materialized work tree on disk (uncommitted edits included)",
+    )
 
 
 def _status_run(args: argparse.Namespace, config: Config) -> int:
     from .status import compute_status, format_status
 
-    report = compute_status(config, args.base)
+    report = compute_status(config, args.base, args.tree)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -175,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
+        p.add_argument(
+            "--offline",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="never use the network (also VLLM_FORK_OFFLINE=1)",
+        )
         command.add_arguments(p)
         p.set_defaults(_command=command)
     return parser

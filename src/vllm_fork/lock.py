@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,12 @@ _guard = threading.Lock()
 
 @contextmanager
 def cache_lock(cache_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``cache_dir`` (re-entrant within one process)."""
+    """Hold an exclusive lock on ``cache_dir`` (re-entrant within one process).
+
+    Downloads and imports stage their files in ``cache_dir/tmp`` only while
+    holding the lock, so whatever is there when the lock is first taken was
+    left by a killed process and is removed.
+    """
     path = (cache_dir / ".lock").resolve()
     with _guard:
         depth = _held.get(path, 0)
@@ -29,9 +35,20 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        _clear_stale(cache_dir / "tmp")
         try:
             yield
         finally:
             with _guard:
                 del _held[path]
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _clear_stale(tmp: Path) -> None:
+    if not tmp.is_dir():
+        return
+    for entry in tmp.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)

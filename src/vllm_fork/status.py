@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .errors import PatchFailedError
+from .errors import PatchFailedError, UsageError
+from .export import tree_base
 from .git import git_env, git_out, run_git
 from .pins import load_pins
-from .probes import CHANGE_IDS, Finding, GitTree, probe_all
+from .probes import CHANGE_IDS, DirTree, Finding, GitTree, probe_all
 from .series import Series, load_series
 from .sources import Fetcher
 from .upstream import ensure_upstream, tag_for
@@ -85,22 +86,44 @@ def classify(pristine: Finding, patched: Finding) -> tuple[str, str, dict[str, b
     return MISSING, patched.reason, dict(patched.hardening)
 
 
-def compute_status(config: Config, version: str | None) -> StatusReport:
+def tree_commits(tree: Path, tag: str) -> list[tuple[str, str]]:
+    """(subject, Fork-Change) of each commit of a work tree after ``tag``, oldest first."""
+    fmt = "%s%x00%(trailers:key=Fork-Change,valueonly,separator=%x2C)%x00"
+    out = git_out(["log", "--reverse", f"--format={fmt}", f"{tag}..HEAD"], cwd=tree)
+    fields = out.split("\0")
+    return [(fields[i].strip(), fields[i + 1].strip()) for i in range(0, len(fields) - 1, 2)]
+
+
+def compute_status(config: Config, version: str | None, tree: Path | None = None) -> StatusReport:
+    """Status of base + series, or of a materialized work tree on disk (``tree``)."""
+    if tree is not None:
+        recorded = tree_base(tree)
+        if version is not None and version != recorded:
+            raise UsageError(f"{tree} is a work tree of {recorded}, not {version}")
+        version = recorded
     base = load_pins(config.bases_file).get(version)
     series = load_series(config.series_dir(base.version))
     tag = ensure_upstream(config, base, Fetcher(config))
     repo = config.upstream_repo
     pristine = probe_all(GitTree(repo, tag))
-    patched = (
-        probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine
-    )
+    if tree is not None:
+        patched = probe_all(DirTree(tree))
+        commits = tree_commits(tree, tag)
+        names = tuple(subject for subject, _ in commits)
+
+        def carrying(change: str) -> list[str]:
+            return [s for s, c in commits if change in c.split(",")]
+    else:
+        patched = (
+            probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine
+        )
+        names = tuple(p.name for p in series.patches)
+        carrying = series.carrying
     changes = []
     for change in CHANGE_IDS:
         state, reason, hardening = classify(pristine[change], patched[change])
-        changes.append(
-            ChangeStatus(change, state, reason, tuple(series.carrying(change)), hardening)
-        )
-    return StatusReport(base.version, tuple(p.name for p in series.patches), tuple(changes))
+        changes.append(ChangeStatus(change, state, reason, tuple(carrying(change)), hardening))
+    return StatusReport(base.version, names, tuple(changes))
 
 
 def format_status(report: StatusReport) -> str:

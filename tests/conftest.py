@@ -1,0 +1,189 @@
+"""Shared fixtures: a local package index, synthetic bases, real upstream sources."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import os
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.config import Config, load_config
+from vllm_fork.pins import Base, FilePin, Pins, save_pins
+from vllm_fork.pipconf import PipConfig
+from vllm_fork.probes import GitTree
+from vllm_fork.upstream import ensure_upstream
+
+FAKE_VERSION = "9.9.9"
+FAKE_FILES = {
+    "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n",
+    "setup.py": "from setuptools import setup\n\nsetup()\n",
+    "vllm/__init__.py": '__version__ = "9.9.9"\n',
+    "vllm/layer.py": "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(12)),
+    "csrc/kernel.cu": "// kernel\nint main() { return 0; }\n",
+}
+PKG_INFO_MTIME = 1_700_000_000
+
+
+def make_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    """Write a tar.gz from (member, data) pairs; data is None for non-files."""
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def file_member(name: str, data: bytes, mode: int = 0o644, mtime: int = 1_600_000_000):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = mtime
+    info.uid = info.gid = 4242
+    info.uname = info.gname = "someone"
+    return info, data
+
+
+def make_sdist(
+    directory: Path, version: str = FAKE_VERSION, files: dict[str, str] | None = None
+) -> Path:
+    top = f"vllm-{version}"
+    members = []
+    for rel, text in sorted((files or FAKE_FILES).items()):
+        mtime = PKG_INFO_MTIME if rel == "PKG-INFO" else 1_600_000_000
+        members.append(file_member(f"{top}/{rel}", text.encode(), mtime=mtime))
+    return make_tar(directory / f"{top}.tar.gz", members)
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclass
+class LocalIndex:
+    """A PEP 503 index served from 127.0.0.1 by this test process."""
+
+    root: Path
+    url: str
+    server: http.server.ThreadingHTTPServer
+    requests: list[str]
+
+    def publish(self, *files: Path, digest: str | None = None) -> None:
+        """Serve ``files`` (copied in) on the index page of ``vllm``."""
+        store = self.root / "files"
+        store.mkdir(exist_ok=True)
+        for f in files:
+            (store / f.name).write_bytes(f.read_bytes())
+        links = []
+        for f in sorted(store.iterdir()):
+            links.append(
+                f'<a href="../../files/{f.name}#sha256={digest or sha256_of(f)}">{f.name}</a><br/>'
+            )
+        page = self.root / "simple" / "vllm"
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+        )
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def local_index(tmp_path: Path) -> Iterator[LocalIndex]:
+    root = tmp_path / "index"
+    root.mkdir()
+    seen: list[str] = []
+
+    class Handler(_QuietHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    index = LocalIndex(root, f"http://127.0.0.1:{server.server_address[1]}/simple/", server, seen)
+    try:
+        yield index
+    finally:
+        if thread.is_alive():
+            index.stop()
+
+
+@dataclass
+class ForkRepo:
+    """A throw-away fork repository (bases.toml + series/) with its own cache."""
+
+    root: Path
+    config: Config
+    sdist: Path
+
+    def series_dir(self, version: str = FAKE_VERSION) -> Path:
+        return self.config.series_dir(version)
+
+
+@pytest.fixture
+def fork_repo(tmp_path: Path, local_index: LocalIndex, monkeypatch: pytest.MonkeyPatch) -> ForkRepo:
+    """A repository pinning a synthetic vLLM 9.9.9 served by ``local_index``."""
+    root = tmp_path / "repo"
+    (root / "series").mkdir(parents=True)
+    build = tmp_path / "build"
+    build.mkdir()
+    sdist = make_sdist(build)
+    local_index.publish(sdist)
+    pins = Pins(
+        default=FAKE_VERSION,
+        bases={
+            FAKE_VERSION: Base(FAKE_VERSION, FilePin(sdist.name, sha256_of(sdist)), supported=True)
+        },
+    )
+    save_pins(root / "bases.toml", pins)
+    cache = tmp_path / "cache"
+    # Only the local index: no pip configuration files, no other index.
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", local_index.url)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.delenv("VLLM_FORK_OFFLINE", raising=False)
+    monkeypatch.setenv("VLLM_FORK_ROOT", str(root))
+    monkeypatch.setenv("VLLM_FORK_CACHE_DIR", str(cache))
+    # Reading pip's configuration costs a pip start-up per call; test_pipconf covers it.
+    monkeypatch.setattr(
+        "vllm_fork.sources.load_pip_config", lambda: PipConfig(index_url=local_index.url)
+    )
+    return ForkRepo(root, load_config(), sdist)
+
+
+@pytest.fixture(scope="session")
+def upstream_source() -> Callable[[str], GitTree]:
+    """``upstream_source(version)``: the pristine upstream tree of a pinned base.
+
+    Fetched (sha256-verified) and imported through the tool, using the user's
+    download cache; tests using it need the index or a warm cache (mark them
+    ``network``).
+    """
+    repo_root = Path(__file__).resolve().parents[1]
+    config = load_config(root=repo_root)
+
+    @functools.cache
+    def get(version: str) -> GitTree:
+        from vllm_fork.pins import load_pins
+
+        base = load_pins(config.bases_file).get(version)
+        return GitTree(config.upstream_repo, ensure_upstream(config, base))
+
+    return get

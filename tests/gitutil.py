@@ -1,0 +1,56 @@
+"""Helpers to make fork commits in a test work tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+DATE = "2026-11-21T12:00:00+00:00"
+
+
+def trailer_block(
+    change: str = "ar-rms-pack-gate",
+    part: str = "change",
+    origin: str = "backport, https://github.com/vllm-project/vllm/pull/42409",
+    forwarded: str = "no",
+    **extra: str,
+) -> str:
+    lines = [
+        f"Fork-Change: {change}",
+        f"Fork-Part: {part}",
+        f"Origin: {origin}",
+        f"Forwarded: {forwarded}",
+    ]
+    lines += [f"{k.replace('_', '-')}: {v}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def commit(tree: Path, subject: str, body: str, trailers: str, edits: dict[str, str]) -> None:
+    for rel, text in edits.items():
+        path = tree / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "vLLM ROCm fork maintainers",
+        "GIT_AUTHOR_EMAIL": "rocm-fork-maintainers@users.noreply.github.com",
+        "GIT_COMMITTER_NAME": "Someone Else",
+        "GIT_COMMITTER_EMAIL": "someone@example.com",
+        "GIT_AUTHOR_DATE": DATE,
+        "GIT_COMMITTER_DATE": "2030-01-01T00:00:00+00:00",
+    }
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True, env=env)
+    subprocess.run(
+        ["git", "commit", "-q", "-F", "-"],
+        cwd=tree,
+        check=True,
+        env=env,
+        input=f"{subject}\n\n{body}\n\n{trailers}".encode(),
+    )
+
+
+def git(tree: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=tree, check=True, capture_output=True, text=True
+    ).stdout

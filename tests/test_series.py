@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.errors import SeriesError
+from vllm_fork.series import load_series, parse_patch, read_series_file, validate_header
+
+PATCH = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: vLLM ROCm fork maintainers <rocm-fork-maintainers@users.noreply.github.com>
+Date: Sat, 21 Nov 2026 12:00:00 +0000
+Subject: [ROCm][AITER] Widen the fused allreduce+RMSNorm gate to any
+ packable hidden size
+
+The 1-stage kernel was gated by a whitelist.
+
+Fork-Change: ar-rms-pack-gate
+Fork-Part: change
+Origin: backport, https://github.com/vllm-project/vllm/pull/42409
+Bug: https://github.com/vllm-project/vllm/issues/1
+Forwarded: no
+Applied-Upstream: 0.22.0
+---
+ vllm/_aiter_ops.py | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/vllm/_aiter_ops.py b/vllm/_aiter_ops.py
+index 1111111111111111111111111111111111111111..2222222222222222222222222222222222222222 100644
+--- a/vllm/_aiter_ops.py
++++ b/vllm/_aiter_ops.py
+@@ -1,1 +1,2 @@
+ x = 1
++y = 2
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_parse_header_fields(tmp_path: Path) -> None:
+    header = parse_patch(write(tmp_path / "0001-x.patch", PATCH))
+    assert header.subject == (
+        "[ROCm][AITER] Widen the fused allreduce+RMSNorm gate to any packable hidden size"
+    )
+    assert header.author.startswith("vLLM ROCm fork maintainers")
+    assert header.change == "ar-rms-pack-gate"
+    assert header.part == "change"
+    assert header.origin == "backport, https://github.com/vllm-project/vllm/pull/42409"
+    assert header.bug == "https://github.com/vllm-project/vllm/issues/1"
+    assert header.forwarded == "no"
+    assert header.applied_upstream == "0.22.0"
+    assert header.body.startswith("The 1-stage kernel")
+    validate_header(header)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("Forwarded: no\n", "", "0001-x.patch: missing header field.*Forwarded"),
+        (
+            "Fork-Change: ar-rms-pack-gate",
+            "Fork-Change: nonsense",
+            "0001-x.patch: unknown Fork-Change 'nonsense'",
+        ),
+        ("Fork-Part: change", "Fork-Part: whatever", "0001-x.patch: unknown Fork-Part"),
+        ("Origin: backport, https", "Origin: somewhere https", "0001-x.patch: Origin must be"),
+    ],
+)
+def test_invalid_headers_name_the_file(tmp_path: Path, old: str, new: str, message: str) -> None:
+    header = parse_patch(write(tmp_path / "0001-x.patch", PATCH.replace(old, new)))
+    with pytest.raises(SeriesError, match=message):
+        validate_header(header)
+
+
+def test_not_a_patch(tmp_path: Path) -> None:
+    with pytest.raises(SeriesError, match="junk.patch: not a git format-patch file"):
+        parse_patch(write(tmp_path / "junk.patch", "hello\n"))
+
+
+def test_series_file_order_comments_and_errors(tmp_path: Path) -> None:
+    d = tmp_path / "series" / "1.0"
+    assert read_series_file(d) == []  # absent directory = empty series
+    write(d / "series", "# comment\nb.patch  # trailing\n\na.patch\n")
+    assert read_series_file(d) == ["b.patch", "a.patch"]
+    with pytest.raises(SeriesError, match="lists b.patch, which does not exist"):
+        load_series(d)
+    write(d / "b.patch", PATCH)
+    write(d / "a.patch", PATCH)
+    write(d / "stray.patch", PATCH)
+    with pytest.raises(SeriesError, match="not listed in series: stray.patch"):
+        load_series(d)
+    (d / "stray.patch").unlink()
+    assert [p.name for p in load_series(d).patches] == ["b.patch", "a.patch"]
+    write(d / "series", "a.patch\na.patch\n")
+    with pytest.raises(SeriesError, match="listed twice"):
+        read_series_file(d)
+    write(d / "series", "../x.patch\n")
+    with pytest.raises(SeriesError, match="not a plain file name"):
+        read_series_file(d)

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.errors import PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.export import export
+from vllm_fork.series import load_series, parse_patch
+from vllm_fork.tree import materialize
+
+from .conftest import FAKE_VERSION, ForkRepo
+from .gitutil import DATE, commit, git, trailer_block
+
+
+def make_series(repo: ForkRepo, tmp_path: Path) -> Path:
+    """Materialize, commit two fork patches, export; return the work tree."""
+    tree = tmp_path / "wt"
+    materialize(repo.config, None, tree)
+    layer = (tree / "vllm/layer.py").read_text()
+    commit(
+        tree,
+        "[ROCm] Change f3",
+        "Make f3 add more.",
+        trailer_block(),
+        {"vllm/layer.py": layer.replace("return x + 3\n", "return x + 33\n")},
+    )
+    commit(
+        tree,
+        "[ROCm][Tests] Cover f3",
+        "Tests for f3.",
+        trailer_block(part="tests", origin="vendor"),
+        {"tests/test_f3.py": "def test_f3():\n    assert True\n"},
+    )
+    export(repo.config, tree)
+    return tree
+
+
+def test_materialize_layout_and_commits(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tree = tmp_path / "plain"
+    result = materialize(fork_repo.config, None, tree)
+    assert result.applied == 0
+    assert sorted(p.name for p in tree.iterdir()) == [
+        ".git",
+        "PKG-INFO",
+        "csrc",
+        "setup.py",
+        "vllm",
+    ]
+    assert git(tree, "tag").split() == [f"upstream/{FAKE_VERSION}"]
+    assert git(tree, "remote").strip() == ""
+    assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == "fork"
+    assert git(tree, "config", "vllm-fork.base").strip() == FAKE_VERSION
+    log = git(tree, "log", "--format=%an|%at|%P", "upstream/9.9.9").strip()
+    assert log == "vLLM upstream|1700000000|"  # PKG-INFO mtime, no parent
+
+
+def test_import_is_deterministic(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    materialize(fork_repo.config, None, a)
+    # a fresh cache imports the same sdist to the same commit id
+    import dataclasses
+
+    other = dataclasses.replace(fork_repo.config, cache_dir=tmp_path / "cache2")
+    materialize(other, None, b)
+    assert git(a, "rev-parse", "HEAD") == git(b, "rev-parse", "HEAD")
+
+
+def test_export_round_trip_is_byte_stable(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path)
+    series_dir = fork_repo.series_dir()
+    names = (series_dir / "series").read_text().splitlines()[1:]
+    assert names == ["0001-ROCm-Change-f3.patch", "0002-ROCm-Tests-Cover-f3.patch"]
+    before = {p.name: p.read_bytes() for p in series_dir.iterdir()}
+    header = parse_patch(series_dir / names[0])
+    assert header.subject == "[ROCm] Change f3" and header.change == "ar-rms-pack-gate"
+    assert header.date == "Sat, 21 Nov 2026 12:00:00 +0000"
+
+    again = tmp_path / "again"
+    result = materialize(fork_repo.config, None, again)
+    assert result.applied == 2
+    assert "return x + 33" in (again / "vllm/layer.py").read_text()
+    assert git(again, "log", "-1", "--format=%cn|%cI").strip() == (
+        f"vLLM ROCm fork maintainers|{DATE}"
+    )
+    exported = export(fork_repo.config, again)
+    assert not exported.changed
+    assert {p.name: p.read_bytes() for p in series_dir.iterdir()} == before
+
+    # the same series materializes to the same commits every time
+    third = tmp_path / "third"
+    materialize(fork_repo.config, None, third)
+    assert git(third, "rev-parse", "HEAD") == git(again, "rev-parse", "HEAD")
+
+
+def test_export_in_git_repo_leaves_status_clean(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=fork_repo.root, check=True)
+    tree = make_series(fork_repo, tmp_path)
+    git(fork_repo.root, "add", "-A")
+    git(fork_repo.root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "series")
+    export(fork_repo.config, tree)
+    assert git(fork_repo.root, "status", "--porcelain") == ""
+
+
+def test_export_removes_stale_and_refuses_dirty(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tree = make_series(fork_repo, tmp_path)
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    result = export(fork_repo.config, tree)
+    assert result.removed == ["0002-ROCm-Tests-Cover-f3.patch"]
+    assert [p.name for p in load_series(fork_repo.series_dir()).patches] == [
+        "0001-ROCm-Change-f3.patch"
+    ]
+    (tree / "vllm/layer.py").write_text("dirty\n")
+    before = sorted(p.name for p in fork_repo.series_dir().iterdir())
+    with pytest.raises(WorkTreeError, match="(?s)uncommitted changes.*M vllm/layer.py"):
+        export(fork_repo.config, tree)
+    assert sorted(p.name for p in fork_repo.series_dir().iterdir()) == before
+
+
+def test_export_rejects_commit_without_header(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    commit(tree, "No trailers", "Body.", "", {"vllm/new.py": "x = 1\n"})
+    with pytest.raises(SeriesError, match="missing header field"):
+        export(fork_repo.config, tree)
+    assert not fork_repo.series_dir().exists()
+
+
+def test_materialize_refuses_non_empty_dir(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    target = tmp_path / "full"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(WorkTreeError, match="is not empty; refusing"):
+        materialize(fork_repo.config, None, target)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    assert (target / "keep.txt").read_text() == "mine"
+
+
+def test_materialize_into_empty_dir(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    target = tmp_path / "empty"
+    target.mkdir()
+    materialize(fork_repo.config, None, target)
+    assert (target / "vllm" / "layer.py").is_file()
+
+
+def break_first_patch(repo: ForkRepo) -> Path:
+    patch = repo.series_dir() / "0001-ROCm-Change-f3.patch"
+    text = patch.read_text()
+    # the hunk now expects context that upstream does not have, and its blob ids are unknown
+    text = text.replace("\n def f3(x):", "\n def f3(y):")
+    text = "\n".join(
+        line if not line.startswith("index ") else "index " + "1" * 40 + ".." + "2" * 40 + " 100644"
+        for line in text.split("\n")
+    )
+    patch.write_text(text)
+    return patch
+
+
+def test_failing_patch_is_reported_and_dir_removed(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path)
+    break_first_patch(fork_repo)
+    target = tmp_path / "fails"
+    with pytest.raises(PatchFailedError) as err:
+        materialize(fork_repo.config, None, target)
+    message = str(err.value)
+    assert "patch 0001-ROCm-Change-f3.patch (#1 of 2) does not apply" in message
+    assert "vllm/layer.py: hunk @@ -" in message
+    assert "was removed (use --keep-failed to keep it)" in message
+    assert not target.exists()
+
+
+def test_failing_patch_keep_failed(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path)
+    break_first_patch(fork_repo)
+    target = tmp_path / "kept"
+    with pytest.raises(PatchFailedError, match="kept for inspection"):
+        materialize(fork_repo.config, None, target, keep_failed=True)
+    assert git(target, "rev-parse", "HEAD") == git(target, "rev-parse", "upstream/9.9.9")
+    assert git(target, "status", "--porcelain") == ""

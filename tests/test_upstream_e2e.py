@@ -1,0 +1,67 @@
+"""End to end with the real default base (downloaded once into the user cache)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.config import load_config
+from vllm_fork.pins import load_pins
+from vllm_fork.probes import GitTree
+from vllm_fork.tree import materialize
+
+REPO = Path(__file__).resolve().parents[1]
+UPSTREAM_TOP = {"vllm", "csrc", "tests", "setup.py", "CMakeLists.txt", "requirements", "docker"}
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
+
+def test_bases_toml_pins_supported_bases() -> None:
+    pins = load_pins(REPO / "bases.toml")
+    assert pins.default == "0.21.0"
+    assert {v for v, b in pins.bases.items() if b.supported} == {
+        "0.19.1",
+        "0.20.0",
+        "0.21.0",
+        "0.33.0",
+    }
+    for base in pins.bases.values():
+        assert base.sdist.filename == f"vllm-{base.version}.tar.gz"
+        assert base.wheel is not None and base.wheel.filename.endswith("_x86_64.whl")
+
+
+def test_upstream_source_fixture(upstream_source: Callable[[str], GitTree]) -> None:
+    tree = upstream_source("0.21.0")
+    pkg_info = tree.read_text("PKG-INFO")
+    assert pkg_info is not None and "Version: 0.21.0" in pkg_info
+    assert tree.read_text("no/such/file.py") is None
+
+
+def test_materialize_default_base(
+    upstream_source: Callable[[str], GitTree], tmp_path: Path
+) -> None:
+    upstream_source("0.21.0")  # warm the cache through the fixture
+    config = load_config(root=REPO)
+    target = tmp_path / "vllm-0.21.0"
+    result = materialize(config, None, target)
+    assert result.version == "0.21.0"
+    assert {p.name for p in target.iterdir()} >= UPSTREAM_TOP
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=target, capture_output=True, text=True, check=True
+    )
+    assert status.stdout == ""
+    log = subprocess.run(
+        ["git", "log", "--format=%an", f"upstream/{result.version}..HEAD"],
+        cwd=target,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    series = config.series_dir("0.21.0") / "series"
+    expected = 0
+    if series.is_file():
+        expected = len([ln for ln in series.read_text().splitlines() if ln.split("#")[0].strip()])
+    assert len([ln for ln in log if ln]) == expected == result.applied
