@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,13 @@ def cache_state(fork: Fork) -> tuple[str, str]:
     )
 
 
-def test_states_and_series_per_release(fork: Fork) -> None:
+def test_states_and_series_per_release(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = cache_state(fork)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     matrix = compute_matrix(fork.config)
     assert [r.version for r in matrix.rows] == [BASE, MIDDLE, NEWEST]  # 0.9.0 is older
     base, middle, newest = matrix.rows
@@ -109,7 +115,7 @@ def test_states_and_series_per_release(fork: Fork) -> None:
 
     # Neither refs nor objects of the cache changed: the work went to a scratch area.
     assert cache_state(fork) == before
-    assert not any(fork.config.tmp_dir.iterdir())
+    assert not any(scratch.iterdir())
 
     table = format_matrix(matrix)
     assert "| release | rope-cache-dtype | rope-bf16-buffer |" in table

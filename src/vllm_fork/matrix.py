@@ -325,8 +325,9 @@ def _failure_detail(stderr: str) -> str:
 
 @contextmanager
 def scratch(config: Config) -> Iterator[Scratch]:
-    config.tmp_dir.mkdir(parents=True, exist_ok=True)
-    directory = Path(tempfile.mkdtemp(prefix="matrix-", dir=config.tmp_dir))
+    """A scratch area over the cached repository, removed afterwards."""
+    # Not in <cache>/tmp: taking the cache lock empties that directory.
+    directory = Path(tempfile.mkdtemp(prefix="vllm-fork-matrix-"))
     try:
         yield Scratch(config.upstream_repo, directory)
     finally:
