@@ -162,10 +162,12 @@ COMMANDS: dict[str, Command] = {
         "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
-    "rebase": Command("replay a work tree's series onto a newer upstream release (3-way)",
-                      rebase_args, rebase_run),
-    "matrix": Command("per release: each change's state and whether the series applies",
-                      matrix_args, matrix_run),
+    "rebase": Command(
+        "replay a work tree's series onto a newer upstream release (3-way)", rebase_args, rebase_run
+    ),
+    "matrix": Command(
+        "per release: each change's state and whether the series applies", matrix_args, matrix_run
+    ),
 }
 
 
