@@ -115,7 +115,7 @@ def local_index(tmp_path: Path) -> Iterator[LocalIndex]:
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
     )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     index = LocalIndex(root, f"http://127.0.0.1:{server.server_address[1]}/simple/", server, seen)
     try:

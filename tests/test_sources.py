@@ -8,6 +8,7 @@ import pytest
 
 from vllm_fork.errors import (
     HashMismatchError,
+    NetworkError,
     NotOnIndexError,
     OfflineError,
     UnknownVersionError,
@@ -112,3 +113,10 @@ def test_stale_partial_files_are_removed(fork_repo: ForkRepo) -> None:
     stale.write_bytes(b"half a download")
     Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
     assert not stale.exists()
+
+
+def test_unreachable_index_is_a_network_error(fork_repo: ForkRepo, local_index: LocalIndex) -> None:
+    local_index.stop()
+    with pytest.raises(NetworkError, match=r"cannot read index http://127\.0\.0\.1:\d+/simple/"):
+        Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
+    assert cache_files(fork_repo) == []

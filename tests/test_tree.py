@@ -178,3 +178,58 @@ def test_failing_patch_keep_failed(fork_repo: ForkRepo, tmp_path: Path) -> None:
         materialize(fork_repo.config, None, target, keep_failed=True)
     assert git(target, "rev-parse", "HEAD") == git(target, "rev-parse", "upstream/9.9.9")
     assert git(target, "status", "--porcelain") == ""
+
+
+def test_renames_round_trip_and_match_documented_command(
+    fork_repo: ForkRepo, tmp_path: Path
+) -> None:
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    git(tree, "mv", "csrc/kernel.cu", "csrc/kernels.cu")
+    commit(
+        tree,
+        "[ROCm] Rename the kernel",
+        "Move it.",
+        trailer_block(part="support", origin="vendor", change="rocm-sim"),
+        {"vllm/extra.py": "y = 2\n"},
+    )
+    export(fork_repo.config, tree)
+    patch = fork_repo.series_dir() / "0001-ROCm-Rename-the-kernel.patch"
+    assert "rename from csrc/kernel.cu" in patch.read_text()
+    # the command docs/series-format.md gives produces the same bytes
+    plain = tmp_path / "plain"
+    subprocess.run(
+        [
+            "git",
+            "format-patch",
+            "--keep-subject",
+            "--zero-commit",
+            "--no-signature",
+            "--full-index",
+            "-q",
+            "-o",
+            str(plain),
+            "upstream/9.9.9..HEAD",
+        ],
+        cwd=tree,
+        check=True,
+    )
+    assert (plain / patch.name).read_bytes() == patch.read_bytes()
+    again = tmp_path / "again"
+    materialize(fork_repo.config, None, again)
+    assert (again / "csrc/kernels.cu").is_file() and not (again / "csrc/kernel.cu").exists()
+    assert not export(fork_repo.config, again).changed
+
+
+def test_export_refuses_paths_the_build_overwrites(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    commit(
+        tree,
+        "[ROCm] Touch vendored code",
+        "No.",
+        trailer_block(),
+        {"vllm/third_party/x.py": "z = 1\n"},
+    )
+    with pytest.raises(SeriesError, match="must not change paths.*vllm/third_party/x.py"):
+        export(fork_repo.config, tree)

@@ -53,6 +53,7 @@ HOSTILE = {
     "device": (special(f"{TOP}/dev", tarfile.CHRTYPE), "device file"),
     "fifo": (special(f"{TOP}/fifo", tarfile.FIFOTYPE), "fifo"),
     "setuid": (file_member(f"{TOP}/suid", b"x", mode=0o4755), "setuid"),
+    "git-dir": (file_member(f"{TOP}/.git/hooks/post-checkout", b"x"), "'.git' path component"),
     "outside-top": (file_member("other/file.py", b"x"), "outside the top-level directory"),
 }
 

@@ -1,7 +1,8 @@
 """`vllm-fork export`: regenerate ``series/<V>/`` from a work tree's commits.
 
 The commits after ``upstream/<V>`` are written with ``git format-patch``
-(options fixed, user git configuration ignored) so that a materialized and
+(the options of docs/series-format.md, git's defaults, the user's git
+configuration ignored) so that a materialized and
 unchanged tree exports byte-identical files. Files whose content did not
 change are left untouched; patch files that are no longer produced are
 removed; the series file is rewritten only when the list changed.
@@ -28,11 +29,11 @@ FORMAT_PATCH = (
     "--no-signature",
     "--full-index",
     "--no-numbered",
-    "--no-renames",
     "--diff-algorithm=myers",
-    "--stat=72",
     "--quiet",
 )
+# The precompiled build overwrites these paths with upstream's binaries' files.
+FORBIDDEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
 SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
 
 
@@ -88,6 +89,14 @@ def export(config: Config, tree: Path) -> ExportResult:
     merges = git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree)
     if merges:
         raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
+
+    touched = git_out(["diff", "--name-only", "--no-renames", tag, "HEAD"], cwd=tree).splitlines()
+    forbidden = [p for p in touched if p.startswith(FORBIDDEN_PREFIXES)]
+    if forbidden:
+        raise SeriesError(
+            "the fork must not change paths that the precompiled build overwrites: "
+            + ", ".join(forbidden[:10])
+        )
 
     series_dir = config.series_dir(version)
     with tempfile.TemporaryDirectory(prefix="vllm-fork-export-") as tmp:

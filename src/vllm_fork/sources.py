@@ -149,6 +149,7 @@ class Fetcher:
         self.config = config
         self._pip = pip
         self._pages: dict[str, list[Located]] = {}
+        self._errors: list[str] = []
 
     @property
     def pip(self) -> PipConfig:
@@ -181,6 +182,7 @@ class Fetcher:
         if not found and errors:
             raise NetworkError("; ".join(errors))
         self._pages[project] = found
+        self._errors = errors
         return found
 
     def locate(self, filename: str, project: str = PROJECT) -> Located:
@@ -189,7 +191,10 @@ class Fetcher:
             if located.package.filename == filename:
                 return located
         searched = ", ".join(Index(u, self.pip).display for u in self.pip.indexes)
-        raise NotOnIndexError(f"{filename} is not on any configured index (searched: {searched})")
+        failed = f"; unreachable: {'; '.join(self._errors)}" if self._errors else ""
+        raise NotOnIndexError(
+            f"{filename} is not on any configured index (searched: {searched}){failed}"
+        )
 
     def ensure(self, pin: FilePin, project: str = PROJECT) -> Path:
         """Return the cached, verified file for ``pin``, downloading it if needed."""

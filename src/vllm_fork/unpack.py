@@ -2,7 +2,7 @@
 
 Only regular files and directories are accepted: vLLM sdists contain no
 links, so every symlink, hardlink, device or fifo member is refused, as are
-absolute paths, ``..`` components, members outside the single top-level
+absolute paths, ``..`` and ``.git`` components, members outside the single top-level
 directory, and setuid/setgid/sticky bits. Ownership is never taken from the
 archive. Extraction happens in a temporary directory that is renamed into
 place only when every member was extracted.
@@ -41,6 +41,8 @@ def check_member(member: tarfile.TarInfo, top: str) -> str:
         raise UnsafeArchiveError(f"refusing archive member {name!r}: absolute path")
     if ".." in path.parts:
         raise UnsafeArchiveError(f"refusing archive member {name!r}: '..' path component")
+    if any(part.lower() == ".git" for part in path.parts):
+        raise UnsafeArchiveError(f"refusing archive member {name!r}: '.git' path component")
     if "\\" in name or "\x00" in name:
         raise UnsafeArchiveError(f"refusing archive member {name!r}: unusual path characters")
     if not (member.isreg() or member.isdir()):
