@@ -53,10 +53,12 @@ V1_FILES = {
     "vllm/rope.py": text(ROPE),
     "vllm/other.py": text(OTHER),
 }
-# The next release: context next to the ops patch changed, the kernel moved,
+# The next release: the ops patch's lines moved down and their context changed, the kernel moved,
 # the moe change absorbed verbatim, and the rope line the conflict patch edits changed.
 V2_FILES = {
-    "vllm/ops.py": text(replace(OPS, 18, "ops line 18 changed upstream")),
+    "vllm/ops.py": text(
+        numbered("ops header", 7) + replace(OPS, 18, "ops line 18 changed upstream")
+    ),
     "csrc/libtorch_stable/pos_encoding_kernels.cu": text(KERNEL),
     "vllm/moe.py": text(replace(MOE, 5, "moe line 5 precast once")),
     "vllm/rope.py": text(replace(ROPE, 10, "rope line 10 upstream version")),

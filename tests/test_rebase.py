@@ -517,10 +517,17 @@ def test_cli_conflict_continue_and_summary(
     assert "in progress" in capsys.readouterr().err
     resolve(tree / "vllm/rope.py", KEEP_UPSTREAM)
     git(tree, "add", "vllm/rope.py")
-    assert main(["rebase", "--continue", str(tree)]) == 0
+    # Upstream's side only: an empty resolution is not taken silently ...
+    assert main(["rebase", "--continue", str(tree)]) == 1
+    assert "vllm-fork rebase --skip" in capsys.readouterr().err
+    # ... but dropped on request.
+    assert main(["rebase", "--skip", str(tree)]) == 0
     out = capsys.readouterr().out
+    assert "dropped by hand (--skip)" in out
     assert "0005-ROCm-Precast-the-bias-once.patch" in out
     table = out[out.index("patch ") :]
     assert "moe-bias-precast  change     absorbed" in table
     assert main(["rebase", "--abort", str(tree)]) != 0
+    assert main(["rebase", "--skip", str(tree)]) != 0
     assert main(["rebase", str(tree)]) == 2
+    assert main(["rebase", "--continue", "--from", V1, str(tree)]) == 2

@@ -172,7 +172,9 @@ def test_unavailable_release_is_reported(fork: Fork, monkeypatch: pytest.MonkeyP
     row = next(r for r in matrix.rows if r.version == "1.1.5")
     assert row.error is not None and "offline" in row.error
     assert matrix.unavailable == ["1.1.5"]
-    assert "| 1.1.5 | ? |" in format_matrix(matrix)
+    table = format_matrix(matrix)
+    assert "| 1.1.5 | ? | ? | ? | ? | ? | unavailable (see below) |" in table
+    assert "1.1.5: " + row.error in table
 
 
 def test_cli(fork: Fork, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

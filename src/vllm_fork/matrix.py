@@ -414,7 +414,7 @@ def compute_matrix(
                             ensure_upstream(config, series_base, fetcher)
                             prime(work, series, tag_for(series_base.version))
                             primed = True
-                        log(f"matrix: {version}: importing and checking")
+                        log(f"matrix: {version}: checking")
                         ensure_upstream(config, base, fetcher or Fetcher(config))
                         row = compute_row(work, version, base.sdist.sha256, series)
                     store_row(config, key, row)
@@ -437,7 +437,7 @@ def compute_matrix(
 
 def _series_cell(row: ReleaseRow) -> str:
     if row.error is not None:
-        return f"unavailable: {row.error.splitlines()[0]}"
+        return "unavailable (see below)"
     failed = [p.file for p in row.patches if p.result == P_FAILED]
     absorbed = sum(p.result == P_ABSORBED for p in row.patches)
     note = f" ({absorbed} absorbed)" if absorbed else ""
@@ -460,6 +460,10 @@ def format_matrix(matrix: Matrix) -> str:
         else:
             cells = [row.changes[c].state for c in matrix.changes]
         lines.append(f"| {row.version} | " + " | ".join(cells) + f" | {_series_cell(row)} |")
+    unavailable = [row for row in matrix.rows if row.error is not None]
+    if unavailable:
+        lines.append("")
+        lines += [f"{row.version}: {row.error}" for row in unavailable]
     lines += [
         "",
         "carried: the series brings it; upstream: the release has it; n/a: the release "

@@ -338,10 +338,13 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
 def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None:
     findings: dict[str, tuple[str, str]] | None = None
     total = len(state.picks)
+    check = True  # only the first pick of a run can follow an interruption
     while state.next < total:
         current = state.picks[state.next]
         number = f"[{state.next + 1}/{total}]"
-        if not _recover_pick(tree, state, log):
+        done = check and _recover_pick(tree, state, log)
+        check = False
+        if not done:
             if current.part == "change":
                 if findings is None:
                     findings = probe_upstream(tree, state.upstream_commit)
@@ -509,21 +512,38 @@ def _resolve(tree: Path, state: RebaseState) -> None:
             raise WorkTreeError(f"{path} still contains conflict markers; fix it and `git add` it")
     index_tree = git_out(["write-tree"], cwd=tree, env=work_env())
     if index_tree == git_out(["rev-parse", "HEAD^{tree}"], cwd=tree):
-        current.result = ABSORBED
-        current.detail = "conflict resolved to no change"
-        clear_leftovers(tree)
-        return
+        raise WorkTreeError(
+            "nothing is staged: the resolution would drop the patch. Stage the resolved "
+            "files (`git add`), or run `vllm-fork rebase --skip` if upstream already has it"
+        )
     current.new_commit = commit_index(tree, current.commit)
     current.result = APPLIED
     current.detail = "3-way merge, conflict resolved by hand"
 
 
-def continue_rebase(config: Config, tree: Path, *, log: Log = print) -> RebaseResult:
+def _skip(tree: Path, state: RebaseState) -> None:
+    """Drop the conflicted patch: back to the state before its pick."""
+    run_git(["reset", "-q", "--hard", state.expect_head], cwd=tree, env=work_env())
+    clear_leftovers(tree)
+    current = state.picks[state.next]
+    current.result = ABSORBED
+    current.detail = "dropped by hand (--skip)"
+
+
+def continue_rebase(
+    config: Config, tree: Path, *, skip: bool = False, log: Log = print
+) -> RebaseResult:
+    """Go on after a conflict (``skip``: drop the conflicted patch) or an interruption."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)
     with _tree_lock(git_dir):
+        if skip and state.phase != CONFLICT:
+            raise WorkTreeError("--skip drops a patch that stopped on a conflict; there is none")
         if state.phase == CONFLICT:
-            _resolve(tree, state)
+            if skip:
+                _skip(tree, state)
+            else:
+                _resolve(tree, state)
             current = state.picks[state.next]
             log(
                 f"[{state.next + 1}/{len(state.picks)}] {current.result:<8} {current.subject}  "
@@ -589,6 +609,7 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
         "",
         "Resolve the files above, then `git add` them (or commit) and run "
         "`vllm-fork rebase --continue`;",
+        "`vllm-fork rebase --skip` drops this patch (when upstream already has it);",
         "`vllm-fork rebase --abort` puts the work tree back as it was "
         f"(kept in {state.backup_ref}).",
     ]

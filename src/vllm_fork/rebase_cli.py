@@ -22,6 +22,11 @@ def rebase_args(p: argparse.ArgumentParser) -> None:
         help="go on after resolving a conflict (staged or committed)",
     )
     action.add_argument(
+        "--skip",
+        action="store_true",
+        help="drop the patch that stopped on a conflict (upstream has it) and go on",
+    )
+    action.add_argument(
         "--abort",
         action="store_true",
         help="stop and put the work tree back as it was before the rebase",
@@ -50,17 +55,17 @@ def rebase_run(args: argparse.Namespace, config: Config) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    if args.cont or args.abort:
+    if args.cont or args.abort or args.skip:
         if args.from_version or args.onto_version:
-            raise UsageError("--continue and --abort take no --from/--onto")
+            raise UsageError("--continue, --skip and --abort take no --from/--onto")
     elif not (args.from_version and args.onto_version):
-        raise UsageError("give --from V1 --onto V2, or --continue, or --abort")
+        raise UsageError("give --from V1 --onto V2, or --continue, --skip or --abort")
     try:
         if args.abort:
             abort_rebase(config, args.dir, log=log)
             return 0
-        if args.cont:
-            result = continue_rebase(config, args.dir, log=log)
+        if args.cont or args.skip:
+            result = continue_rebase(config, args.dir, skip=args.skip, log=log)
         else:
             result = start_rebase(
                 config,
