@@ -531,3 +531,25 @@ def test_cli_conflict_continue_and_summary(
     assert main(["rebase", "--skip", str(tree)]) != 0
     assert main(["rebase", str(tree)]) == 2
     assert main(["rebase", "--continue", "--from", V1, str(tree)]) == 2
+
+
+def test_patch_to_a_file_upstream_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    without_other = {k: v for k, v in V1_FILES.items() if k != "vllm/other.py"}
+    fork = make_fork(tmp_path, monkeypatch, {V1: V1_FILES, "1.2.0": without_other}, default=V1)
+    fork.write_series(V1, [OTHER, MOE])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict) as info:
+        start_rebase(fork.config, V1, "1.2.0", tree, log=quiet)
+    assert "vllm/other.py: changed by the patch, deleted or moved upstream" in str(info.value)
+    git(tree, "rm", "-q", "vllm/other.py")
+    with pytest.raises(WorkTreeError, match="--skip"):
+        continue_rebase(fork.config, tree, log=quiet)
+    result = continue_rebase(fork.config, tree, skip=True, log=quiet)
+    assert [(p.result, p.detail) for p in result.state.picks] == [
+        ("absorbed", "dropped by hand (--skip)"),
+        ("applied", "clean"),
+    ]
+    assert not (tree / "vllm/other.py").exists()
+    with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
+        continue_rebase(fork.config, tree, skip=True, log=quiet)
