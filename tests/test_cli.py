@@ -99,3 +99,25 @@ def test_materialize_export_status_commands(
 def test_offline_flag(capsys: pytest.CaptureFixture[str], fork_repo: ForkRepo) -> None:
     code, _, err = run(capsys, "--offline", "fetch")
     assert code == 1 and "offline mode is on" in err
+
+
+def test_fetch_with_wheel(
+    capsys: pytest.CaptureFixture[str],
+    fork_repo: ForkRepo,
+    local_index: LocalIndex,
+    tmp_path: Path,
+) -> None:
+    wheel = tmp_path / f"vllm-{FAKE_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"binary wheel")
+    local_index.publish(wheel)
+    base = Base(
+        FAKE_VERSION,
+        FilePin(fork_repo.sdist.name, sha256_of(fork_repo.sdist)),
+        FilePin(wheel.name, sha256_of(wheel)),
+    )
+    save_pins(fork_repo.config.bases_file, Pins(default=FAKE_VERSION, bases={FAKE_VERSION: base}))
+    code, out, err = run(capsys, "fetch", "--wheel")
+    dist = fork_repo.config.dist_dir
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [str(dist / fork_repo.sdist.name), str(dist / wheel.name)]
+    assert (dist / wheel.name).read_bytes() == b"binary wheel"

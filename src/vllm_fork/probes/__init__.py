@@ -1,16 +1,21 @@
-"""Stand-in for the change probes: the interface only, every change reported absent.
+"""Decide from a vLLM source tree, without importing vLLM, whether each of the
+fork's changes is present, and which of our hardening items it carries.
 
-The real probes (one module per change, recognising upstream's and the
-fork's versions of each change) replace this package; ``status`` and the
-test fixtures use only the names defined here.
+Python files are read with ``ast``, CUDA files with comment-aware text matching.
+Every probe looks for behaviour-level structure (a dtype comparison, a cached key,
+an environment switch), not for exact upstream text, so both upstream's version
+of a change and ours are recognised.
 """
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable
+
+from .allreduce import probe_ar_rms_pack_gate
+from .finding import ABSENT, NA, PRESENT, Finding
+from .moe import probe_dsv32_decode, probe_moe_bias_precast
+from .rope import probe_rope_bf16_buffer, probe_rope_cache_dtype
+from .trees import DirTree, GitTree, SourceTree
 
 CHANGE_IDS: tuple[str, ...] = (
     "rope-cache-dtype",
@@ -20,45 +25,54 @@ CHANGE_IDS: tuple[str, ...] = (
     "ar-rms-pack-gate",
 )
 
+_PROBES: dict[str, Callable[[SourceTree], Finding]] = {
+    "rope-cache-dtype": probe_rope_cache_dtype,
+    "rope-bf16-buffer": probe_rope_bf16_buffer,
+    "moe-bias-precast": probe_moe_bias_precast,
+    "dsv32-decode": probe_dsv32_decode,
+    "ar-rms-pack-gate": probe_ar_rms_pack_gate,
+}
 
-class SourceTree(Protocol):
-    def read_text(self, path: str) -> str | None: ...
-
-
-class DirTree:
-    """A checkout on disk."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def read_text(self, path: str) -> str | None:
-        try:
-            return (self.root / path).read_text(encoding="utf-8", errors="replace")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-
-
-class GitTree:
-    """A commit or tree of a git repository, read with ``git cat-file``."""
-
-    def __init__(self, repo: Path, rev: str) -> None:
-        self.repo = Path(repo)
-        self.rev = rev
-
-    def read_text(self, path: str) -> str | None:
-        proc = subprocess.run(
-            ["git", "--git-dir", str(self.repo), "cat-file", "blob", f"{self.rev}:{path}"],
-            capture_output=True,
-        )
-        return proc.stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
+# Hardening items per change, in a stable order (keys of Finding.hardening).
+HARDENING: dict[str, tuple[str, ...]] = {
+    "rope-cache-dtype": ("python-dtype-check", "bounded-dispatch"),
+    "rope-bf16-buffer": ("buffer-dtype-check", "no-unusable-buffer", "recompute-consistent"),
+    "moe-bias-precast": (),
+    "dsv32-decode": (
+        "complete-metadata-key",
+        "no-reuse-without-host-seqlens",
+        "bias-precision-guard",
+    ),
+    "ar-rms-pack-gate": ("two-stage-switch",),
+}
 
 
-@dataclass(frozen=True)
-class Finding:
-    state: str  # "present" | "absent" | "n/a"
-    reason: str
-    hardening: dict[str, bool] = field(default_factory=dict)
+def probe(change_id: str, tree: SourceTree) -> Finding:
+    """Probe one change; raises ValueError for an unknown change id."""
+    try:
+        fn = _PROBES[change_id]
+    except KeyError:
+        raise ValueError(
+            f"unknown change id {change_id!r}; known: {', '.join(CHANGE_IDS)}"
+        ) from None
+    return fn(tree)
 
 
 def probe_all(tree: SourceTree) -> dict[str, Finding]:
-    return {change: Finding("absent", "no probe installed") for change in CHANGE_IDS}
+    """Probe every change, in CHANGE_IDS order."""
+    return {cid: probe(cid, tree) for cid in CHANGE_IDS}
+
+
+__all__ = [
+    "ABSENT",
+    "CHANGE_IDS",
+    "HARDENING",
+    "NA",
+    "PRESENT",
+    "DirTree",
+    "Finding",
+    "GitTree",
+    "SourceTree",
+    "probe",
+    "probe_all",
+]

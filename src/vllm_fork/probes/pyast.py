@@ -1,0 +1,248 @@
+"""Small helpers to look at Python sources through ``ast`` (never importing them)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+
+FuncDef = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def parse(text: str | None) -> ast.Module | None:
+    """Parse ``text``; None when missing or not valid Python. Results are shared
+    between probes (treat them as read-only)."""
+    if text is None:
+        return None
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def functions(tree: ast.AST) -> Iterator[FuncDef]:
+    """Every function or method defined anywhere below ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def find_function(tree: ast.AST, name: str) -> FuncDef | None:
+    for fn in functions(tree):
+        if fn.name == name:
+            return fn
+    return None
+
+
+def classes_with_method(tree: ast.AST, name: str) -> list[ast.ClassDef]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) and b.name == name
+            for b in node.body
+        ):
+            found.append(node)
+    return found
+
+
+def method(cls: ast.ClassDef, name: str) -> FuncDef | None:
+    for b in cls.body:
+        if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) and b.name == name:
+            return b
+    return None
+
+
+def call_name(call: ast.Call) -> str:
+    """Last component of the called object: ``a.b.c(...)`` -> ``c``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""
+
+
+def calls(tree: ast.AST, name: str | None = None) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and (name is None or call_name(n) == name)
+    ]
+
+
+def identifiers(tree: ast.AST) -> set[str]:
+    """Names, attribute names and short string constants mentioned below ``tree``."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) < 80:
+            out.add(n.value)
+    return out
+
+
+def mentions(tree: ast.AST, word: str) -> bool:
+    """Whether some identifier below ``tree`` contains ``word`` (case-insensitive)."""
+    w = word.lower()
+    return any(w in i.lower() for i in identifiers(tree))
+
+
+def parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    out: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            out[child] = node
+    return out
+
+
+def guards(node: ast.AST, parent_of: dict[ast.AST, ast.AST]) -> list[ast.expr]:
+    """Tests of the ``if`` statements / expressions whose body holds ``node``
+    (innermost first). A node in an ``else`` branch gets the negated test."""
+    out: list[ast.expr] = []
+    child = node
+    cur = parent_of.get(node)
+    while cur is not None:
+        if isinstance(cur, ast.If | ast.IfExp):
+            in_else = child in (cur.orelse if isinstance(cur.orelse, list) else [cur.orelse])
+            if child is not cur.test:
+                out.append(ast.UnaryOp(ast.Not(), cur.test) if in_else else cur.test)
+        child, cur = cur, parent_of.get(cur)
+    return out
+
+
+def is_dtype_attr(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "dtype"
+
+
+def env_names(tree: ast.AST) -> set[str]:
+    """Environment variable names read below ``tree``: ``envs.NAME``,
+    ``os.environ[...]``, ``os.environ.get(...)``, ``os.getenv(...)`` and
+    ``VLLM_*`` string constants."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "envs"
+            and n.attr.isupper()
+        ):
+            out.add(n.attr)
+        elif (
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and n.value.startswith("VLLM_")
+            and n.value.replace("_", "").isalnum()
+        ):
+            out.add(n.value)
+    return out
+
+
+def reachable(module: ast.AST, roots: list[FuncDef], depth: int = 3) -> list[FuncDef]:
+    """``roots`` plus the functions/methods of ``module`` they call by name,
+    followed ``depth`` levels deep."""
+    by_name: dict[str, list[FuncDef]] = {}
+    for fn in functions(module):
+        by_name.setdefault(fn.name, []).append(fn)
+    seen: list[FuncDef] = list(roots)
+    frontier = list(roots)
+    for _ in range(depth):
+        nxt = []
+        for fn in frontier:
+            for c in calls(fn):
+                for target in by_name.get(call_name(c), []):
+                    if target not in seen:
+                        seen.append(target)
+                        nxt.append(target)
+        frontier = nxt
+    return seen
+
+
+def local_assignments(fn: FuncDef) -> dict[str, list[ast.expr]]:
+    """Values assigned to plain local names in ``fn`` (all assignments)."""
+    out: dict[str, list[ast.expr]] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                for name in _target_names(t):
+                    out.setdefault(name, []).append(n.value)
+        elif isinstance(n, ast.AnnAssign | ast.AugAssign) and n.value is not None:
+            for name in _target_names(n.target):
+                out.setdefault(name, []).append(n.value)
+        elif isinstance(n, ast.NamedExpr):
+            out.setdefault(n.target.id, []).append(n.value)
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            for name in _target_names(n.optional_vars):
+                out.setdefault(name, []).append(n.context_expr)
+    return out
+
+
+def _target_names(t: ast.AST) -> list[str]:
+    if isinstance(t, ast.Name):
+        return [t.id]
+    if isinstance(t, ast.Tuple | ast.List):
+        return [x for e in t.elts for x in _target_names(e)]
+    return []
+
+
+SCALAR_CALLS = {"int", "float", "len", "max", "min", "item", "sum", "numel", "size", "bool"}
+
+
+def dataflow_ids(
+    expr: ast.AST,
+    assigns: dict[str, list[ast.expr]],
+    *,
+    skip_scalars: bool = True,
+    stop_calls: frozenset[str] = frozenset(),
+    _seen: set[str] | None = None,
+) -> set[str]:
+    """Identifiers ``expr`` depends on, following local assignments.
+    With ``skip_scalars``, parts that reduce an array to one number (indexing with
+    a scalar, ``int()``, ``.item()``, ``len()``...) contribute nothing; so do
+    the arguments of calls named in ``stop_calls``."""
+    seen = set() if _seen is None else _seen
+    out: set[str] = set()
+
+    def visit(n: ast.AST) -> None:
+        if skip_scalars:
+            if isinstance(n, ast.Subscript) and not isinstance(n.slice, ast.Slice | ast.Tuple):
+                return
+            if isinstance(n, ast.Call) and call_name(n) in SCALAR_CALLS:
+                return
+        if isinstance(n, ast.Call) and call_name(n) in stop_calls:
+            return
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+            if n.id in assigns and n.id not in seen:
+                seen.add(n.id)
+                for v in assigns[n.id]:
+                    out.update(
+                        dataflow_ids(
+                            v, assigns, skip_scalars=skip_scalars, stop_calls=stop_calls, _seen=seen
+                        )
+                    )
+            return
+        if isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        for c in ast.iter_child_nodes(n):
+            visit(c)
+
+    visit(expr)
+    return out
+
+
+def self_attr(node: ast.AST) -> str | None:
+    """``self.X`` -> ``"X"``."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
