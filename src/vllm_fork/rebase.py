@@ -301,6 +301,8 @@ def _step_import(config: Config, tree: Path, git_dir: Path, state: RebaseState, 
     if parent is None:
         raise WorkTreeError(f"{tree} lost its tag {tag_for(state.from_version)}")
     log(f"importing upstream {state.onto_version} on top of {tag_for(state.from_version)}")
+    # Again on --continue after an interruption: the cache may have changed meanwhile.
+    ensure_upstream(config, load_pins(config.bases_file).get(state.onto_version))
     commit = stack_upstream(config, tree, state.onto_version, parent)
     run_git(["update-ref", f"refs/tags/{tag_for(state.onto_version)}", commit], cwd=tree)
     # -f: the tree was clean when the rebase started; anything here is a half-done checkout.
