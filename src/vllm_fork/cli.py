@@ -18,6 +18,7 @@ from pathlib import Path
 from . import __version__
 from .config import Config, load_config
 from .errors import ForkError
+from .rebase_cli import matrix_args, matrix_run, rebase_args, rebase_run
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,12 @@ COMMANDS: dict[str, Command] = {
         "run the series' tests in a work tree (and prove they fail without their patch)",
         _test_args,
         _test_run,
+    ),
+    "rebase": Command(
+        "replay a work tree's series onto a newer upstream release (3-way)", rebase_args, rebase_run
+    ),
+    "matrix": Command(
+        "per release: each change's state and whether the series applies", matrix_args, matrix_run
     ),
 }
 

@@ -1,0 +1,555 @@
+"""`vllm-fork rebase` on synthetic upstream releases (no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.cli import main
+from vllm_fork.errors import UnknownVersionError, WorkTreeError
+from vllm_fork.rebase import (
+    RebaseConflict,
+    abort_rebase,
+    continue_rebase,
+    start_rebase,
+)
+from vllm_fork.rebase_state import STATE_FILE
+from vllm_fork.series import load_series, parse_patch
+from vllm_fork.tree import materialize
+
+try:
+    from .rebase_support import (
+        CLEAN_SERIES,
+        CONFLICT_SERIES,
+        KEEP_FORK,
+        KEEP_UPSTREAM,
+        KERNEL,
+        MOE,
+        MOE_HARDENING,
+        OPS,
+        OTHER,
+        ROPE,
+        V1,
+        V1_FILES,
+        V2,
+        V2_FILES,
+        Fork,
+        PatchSpec,
+        git,
+        make_fork,
+        resolve,
+        series_files,
+        snapshot,
+    )
+except ImportError:
+    from rebase_support import (  # type: ignore[no-redef]
+        CLEAN_SERIES,
+        CONFLICT_SERIES,
+        KEEP_FORK,
+        KEEP_UPSTREAM,
+        KERNEL,
+        MOE,
+        MOE_HARDENING,
+        OPS,
+        OTHER,
+        ROPE,
+        V1,
+        V1_FILES,
+        V2,
+        V2_FILES,
+        Fork,
+        PatchSpec,
+        git,
+        make_fork,
+        resolve,
+        series_files,
+        snapshot,
+    )
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+@pytest.fixture
+def fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fork:
+    return make_fork(tmp_path, monkeypatch, {V1: V1_FILES, V2: V2_FILES}, default=V1)
+
+
+def results(state) -> list[tuple[str, str]]:
+    return [(p.subject, p.result) for p in state.picks]
+
+
+def test_clean_rebase_applies_follows_rename_and_absorbs(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    old_series = series_files(fork.series_dir(V1))
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+
+    result = start_rebase(fork.config, V1, V2, tree, log=quiet)
+
+    picks = {p.subject: p for p in result.state.picks}
+    assert picks[OTHER.subject].result == "applied"
+    assert picks[OTHER.subject].detail == "clean"
+    assert picks[OPS.subject].result == "applied"
+    assert picks[OPS.subject].detail.startswith("3-way merge")
+    kernel = picks[KERNEL.subject]
+    assert kernel.result == "applied"
+    assert "csrc/pos_encoding_kernels.cu -> csrc/libtorch_stable/pos_encoding_kernels.cu" in (
+        kernel.detail
+    )
+    assert picks[MOE.subject].result == "absorbed"
+    assert picks[MOE_HARDENING.subject].result == "applied"
+
+    # The tree: on the branch, base V2, upstream V2 stacked on upstream V1.
+    assert git(tree, "symbolic-ref", "HEAD") == "refs/heads/fork"
+    assert git(tree, "config", "vllm-fork.base") == V2
+    assert git(tree, "rev-parse", "upstream/1.1.0^") == git(tree, "rev-parse", "upstream/1.0.0")
+    assert git(tree, "status", "--porcelain") == ""
+    moved = (tree / "csrc/libtorch_stable/pos_encoding_kernels.cu").read_text()
+    assert "kernel line 12 patched" in moved
+    assert not (tree / "csrc/pos_encoding_kernels.cu").exists()
+    moe = (tree / "vllm/moe.py").read_text()
+    assert "moe line 25 guarded" in moe and "moe line 5 precast once" in moe
+    assert "ops line 18 changed upstream" in (tree / "vllm/ops.py").read_text()
+    assert "ops line 20 patched" in (tree / "vllm/ops.py").read_text()
+    assert git(tree, "rev-parse", "refs/vllm-fork/pre-rebase/1.0.0") == result.state.orig_head
+    assert not (tree / ".git" / STATE_FILE).exists()
+
+    # series/V2: four patches, the absorbed one recorded as a comment.
+    new = load_series(fork.series_dir(V2))
+    assert [h.subject for h in new.headers] == [
+        OTHER.subject,
+        OPS.subject,
+        KERNEL.subject,
+        MOE_HARDENING.subject,
+    ]
+    series_text = (fork.series_dir(V2) / "series").read_text()
+    absorbed_lines = [ln for ln in series_text.splitlines() if ln.startswith("# Applied-Up")]
+    assert len(absorbed_lines) == 1
+    assert "0004-" in absorbed_lines[0] and "moe-bias-precast, change" in absorbed_lines[0]
+
+    # The old series: only the absorbed patch changed, by one trailer line.
+    now = series_files(fork.series_dir(V1))
+    changed = [name for name in now if now[name] != old_series[name]]
+    assert len(changed) == 1 and changed[0].startswith("0004-")
+    header = parse_patch(fork.series_dir(V1) / changed[0])
+    assert header.applied_upstream == V2
+    assert len(now[changed[0]].splitlines()) == len(old_series[changed[0]].splitlines()) + 1
+
+    # The new series materializes on the cached (parentless) upstream V2 ...
+    again = tmp_path / "again"
+    materialize(fork.config, V2, again)
+    assert git(again, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", "HEAD^{tree}")
+    # ... and the old one, with its trailer, still materializes and exports byte-stable.
+    old = tmp_path / "old"
+    materialize(fork.config, V1, old)
+    from vllm_fork.export import export
+
+    assert not export(fork.config, old).changed
+
+
+def test_rebase_is_deterministic(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    heads = []
+    for name in ("one", "two"):
+        tree = tmp_path / name
+        materialize(fork.config, V1, tree)
+        start_rebase(fork.config, V1, V2, tree, force_series=True, log=quiet)
+        heads.append(git(tree, "rev-parse", "HEAD"))
+        committer = git(tree, "log", "-1", "--format=%cn <%ce> %cI|%aI")
+        assert committer.split("> ")[1].split("|")[0] == committer.split("|")[1]
+    assert heads[0] == heads[1]
+
+
+def test_change_absorbed_by_probe_keeps_hardening(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Upstream implemented the rope change its own way: the pick would conflict,
+    # but the probe recognises it, so the change patch is dropped without a pick.
+    hardening = PatchSpec(
+        "[ROCm] Harden the rope path",
+        "dsv32-decode",
+        "hardening",
+        {"vllm/rope.py": {20: "rope line 20 hardened"}},
+    )
+    fork.write_series(V1, [OTHER, ROPE, hardening])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    seen = []
+
+    def fake_probe(tree_path: Path, commit: str) -> dict[str, tuple[str, str]]:
+        seen.append(git(tree_path, "rev-parse", f"{commit}^{{tree}}"))
+        return {"dsv32-decode": ("present", "upstream keys the cache on everything")}
+
+    monkeypatch.setattr("vllm_fork.rebase.probe_upstream", fake_probe)
+    result = start_rebase(fork.config, V1, V2, tree, log=quiet)
+
+    assert results(result.state) == [
+        (OTHER.subject, "applied"),
+        (ROPE.subject, "absorbed"),
+        (hardening.subject, "applied"),
+    ]
+    assert "upstream keys the cache" in result.state.picks[1].detail
+    # The probe read upstream V2's pristine tree.
+    assert seen == [git(tree, "rev-parse", "upstream/1.1.0^{tree}")]
+    rope = (tree / "vllm/rope.py").read_text()
+    assert "rope line 10 upstream version" in rope and "rope line 20 hardened" in rope
+    assert [h.part for h in load_series(fork.series_dir(V2)).headers] == ["change", "hardening"]
+
+
+def test_hardening_of_absorbed_change_conflicts_instead_of_dropping(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hardening = PatchSpec(
+        "[ROCm] Harden the rope line",
+        "dsv32-decode",
+        "hardening",
+        {"vllm/rope.py": {10: "rope line 10 fork version, hardened"}},
+    )
+    fork.write_series(V1, [ROPE, hardening])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    monkeypatch.setattr(
+        "vllm_fork.rebase.probe_upstream",
+        lambda *_: {"dsv32-decode": ("present", "found upstream")},
+    )
+    with pytest.raises(RebaseConflict) as info:
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    report = str(info.value)
+    assert "patch 2/2" in report and "Fork-Part: hardening" in report
+    assert "re-target this hardening" in report
+    assert "vllm/rope.py: content" in report
+
+
+def test_conflict_then_continue(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+
+    with pytest.raises(RebaseConflict) as info:
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    report = str(info.value)
+    assert "patch 3/6" in report and ROPE.subject in report
+    assert "vllm/rope.py: content, 1 hunk(s)" in report
+    assert "| rope line 10 upstream version" in report
+    assert "| rope line 10 fork version" in report
+    text = (tree / "vllm/rope.py").read_text().splitlines()
+    start = text.index(next(ln for ln in text if ln.startswith("<<<<<<<"))) + 1
+    end = text.index(next(ln for ln in text if ln.startswith(">>>>>>>"))) + 1
+    assert f"lines {start}-{end}:" in report
+    state = json.loads((tree / ".git" / STATE_FILE).read_text())
+    assert state["phase"] == "conflict" and state["next"] == 2
+
+    # Not resolved yet: refused, nothing changes.
+    with pytest.raises(WorkTreeError, match="still have conflicts"):
+        continue_rebase(fork.config, tree, log=quiet)
+    # Resolved in the file but not staged: refused.
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    with pytest.raises(WorkTreeError, match="still have conflicts"):
+        continue_rebase(fork.config, tree, log=quiet)
+    git(tree, "add", "vllm/rope.py")
+    (tree / "stray.txt").write_text("not part of the resolution\n")
+    with pytest.raises(WorkTreeError, match="not staged"):
+        continue_rebase(fork.config, tree, log=quiet)
+    (tree / "stray.txt").unlink()
+
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert [p.result for p in result.state.picks] == [
+        "applied",
+        "applied",
+        "applied",
+        "applied",
+        "absorbed",
+        "applied",
+    ]
+    assert result.state.picks[2].detail == "3-way merge, conflict resolved by hand"
+    assert "rope line 10 fork version" in (tree / "vllm/rope.py").read_text()
+    assert git(tree, "status", "--porcelain") == ""
+    assert git(tree, "symbolic-ref", "HEAD") == "refs/heads/fork"
+    assert len(load_series(fork.series_dir(V2)).patches) == 5
+    # The resolved pick keeps the patch's author date and message.
+    log = git(tree, "log", "--format=%s|%aI|%cI", "upstream/1.1.0..HEAD")
+    for line in log.splitlines():
+        _, authored, committed = line.split("|")
+        assert authored == committed == "2026-11-21T12:00:00+00:00"
+
+
+def test_conflict_resolved_with_a_commit(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    git(tree, "commit", "-q", "-C", result_commit(tree, fork))
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert result.state.picks[2].result == "applied"
+    assert "rope line 10 fork version" in (tree / "vllm/rope.py").read_text()
+    committer = git(tree, "log", "-1", "--format=%cn|%cI|%aI", "HEAD~2")
+    name, committed, authored = committer.split("|")
+    assert committed == authored
+
+
+def result_commit(tree: Path, fork: Fork) -> str:
+    state = json.loads((tree / ".git" / STATE_FILE).read_text())
+    return state["picks"][state["next"]]["commit"]
+
+
+def test_conflict_then_abort_restores_everything(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    # A tag upstream/V2 from an earlier attempt must come back too.
+    git(tree, "tag", "upstream/1.1.0", "HEAD~2")
+    before = snapshot(tree)
+    series_before = series_files(fork.series_dir(V1))
+
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert snapshot(tree) != before
+    abort_rebase(fork.config, tree, log=quiet)
+
+    assert snapshot(tree) == before
+    assert not (tree / ".git" / STATE_FILE).exists()
+    assert not (tree / ".git" / "MERGE_MSG").exists()
+    assert series_files(fork.series_dir(V1)) == series_before
+    assert not fork.series_dir(V2).exists()
+    with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
+        abort_rebase(fork.config, tree, log=quiet)
+
+
+def test_dirty_tree_is_refused(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    (tree / "vllm/ops.py").write_text("local edit\n")
+    before = snapshot(tree)
+    with pytest.raises(WorkTreeError, match="uncommitted changes"):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert snapshot(tree) == before
+    assert not (tree / ".git" / STATE_FILE).exists()
+    git(tree, "checkout", "vllm/ops.py")
+    (tree / "notes.txt").write_text("untracked\n")
+    with pytest.raises(WorkTreeError, match="notes.txt"):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert (tree / "notes.txt").read_text() == "untracked\n"
+
+
+def test_bad_input_is_refused(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    before = snapshot(tree)
+    with pytest.raises(UnknownVersionError, match="vllm-fork pin 1.2.0"):
+        start_rebase(fork.config, V1, "1.2.0", tree, log=quiet)
+    with pytest.raises(WorkTreeError, match="work tree of 1.0.0, not 1.1.0"):
+        start_rebase(fork.config, V2, V1, tree, force_series=True, log=quiet)
+    fork.series_dir(V2).mkdir()
+    (fork.series_dir(V2) / "series").write_text("")
+    with pytest.raises(WorkTreeError, match="--force-series"):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert snapshot(tree) == before
+
+
+def test_materializes_into_a_new_directory(fork: Fork, tmp_path: Path) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "new"
+    result = start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert [p.result for p in result.state.picks].count("applied") == 4
+    assert git(tree, "config", "vllm-fork.base") == V2
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing after it runs, no handler sees it."""
+
+
+def test_crash_during_picks_can_continue(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    reference = tmp_path / "reference"
+    materialize(fork.config, V1, reference)
+    start_rebase(fork.config, V1, V2, reference, force_series=True, log=quiet)
+    expected = git(reference, "rev-parse", "HEAD")
+
+    import vllm_fork.rebase as rebase_mod
+
+    real_pick = rebase_mod.pick
+    calls = {"n": 0}
+
+    def crashing_pick(tree_path: Path, commit: str):
+        calls["n"] += 1
+        outcome = real_pick(tree_path, commit)
+        if calls["n"] == 2:  # the commit is made, the state file not yet updated
+            raise Crash()
+        return outcome
+
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    monkeypatch.setattr(rebase_mod, "pick", crashing_pick)
+    with pytest.raises(Crash):
+        start_rebase(fork.config, V1, V2, tree, force_series=True, log=quiet)
+    monkeypatch.setattr(rebase_mod, "pick", real_pick)
+    state = json.loads((tree / ".git" / STATE_FILE).read_text())
+    assert state["phase"] == "picking" and state["next"] == 1
+
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert git(tree, "rev-parse", "HEAD") == expected
+    assert [p.result for p in result.state.picks] == ["applied"] * 3 + ["absorbed", "applied"]
+
+
+def test_crash_mid_pick_leaves_work_tree_recoverable(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    import vllm_fork.rebase as rebase_mod
+
+    real_pick = rebase_mod.pick
+
+    def half_pick(tree_path: Path, commit: str):
+        # The cherry-pick ran, the commit was not made: index and files are dirty.
+        git(tree_path, "cherry-pick", "--no-commit", commit)
+        raise Crash()
+
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    monkeypatch.setattr(rebase_mod, "pick", half_pick)
+    with pytest.raises(Crash):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    monkeypatch.setattr(rebase_mod, "pick", real_pick)
+    assert git(tree, "status", "--porcelain") != ""
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert [p.result for p in result.state.picks].count("applied") == 4
+
+
+def test_crash_during_import_then_abort(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    before = snapshot(tree)
+    import vllm_fork.rebase as rebase_mod
+
+    real_stack = rebase_mod.stack_upstream
+
+    def crashing_stack(*args, **kwargs):
+        real_stack(*args, **kwargs)
+        raise Crash()
+
+    monkeypatch.setattr(rebase_mod, "stack_upstream", crashing_stack)
+    with pytest.raises(Crash):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    monkeypatch.setattr(rebase_mod, "stack_upstream", real_stack)
+    # A second start is refused while the state file is there.
+    with pytest.raises(WorkTreeError, match="--continue"):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    abort_rebase(fork.config, tree, log=quiet)
+    assert snapshot(tree) == before
+
+
+def test_crash_while_finishing_then_abort(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    series_before = series_files(fork.series_dir(V1))
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    before = snapshot(tree)
+    import vllm_fork.rebase as rebase_mod
+
+    real_write = rebase_mod.add_applied_upstream
+
+    def crashing_write(*args, **kwargs):
+        real_write(*args, **kwargs)
+        raise Crash()
+
+    monkeypatch.setattr(rebase_mod, "add_applied_upstream", crashing_write)
+    with pytest.raises(Crash):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert series_files(fork.series_dir(V1)) != series_before
+    assert fork.series_dir(V2).is_dir()
+    abort_rebase(fork.config, tree, log=quiet)
+    assert snapshot(tree) == before
+    assert series_files(fork.series_dir(V1)) == series_before
+    assert not fork.series_dir(V2).exists()
+
+
+def test_state_file_is_replaced_atomically(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    path = tree / ".git" / STATE_FILE
+    good = path.read_text()
+
+    def failing_replace(*_args, **_kwargs):
+        raise Crash()
+
+    monkeypatch.setattr("vllm_fork.rebase_state.os.replace", failing_replace)
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    with pytest.raises(Crash):
+        continue_rebase(fork.config, tree, log=quiet)
+    monkeypatch.undo()
+    assert path.read_text() == good  # the old state, whole
+    # The pick was committed before the state could say so: --continue sees it done.
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert [p.result for p in result.state.picks][2] == "applied"
+
+
+def test_cli_conflict_continue_and_summary(
+    fork: Fork, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert "CONFLICT replaying patch 3/6" in out and "vllm-fork rebase --continue" in out
+    assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) != 0
+    assert "in progress" in capsys.readouterr().err
+    resolve(tree / "vllm/rope.py", KEEP_UPSTREAM)
+    git(tree, "add", "vllm/rope.py")
+    # Upstream's side only: an empty resolution is not taken silently ...
+    assert main(["rebase", "--continue", str(tree)]) == 1
+    assert "vllm-fork rebase --skip" in capsys.readouterr().err
+    # ... but dropped on request.
+    assert main(["rebase", "--skip", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert "dropped by hand (--skip)" in out
+    assert "0005-ROCm-Precast-the-bias-once.patch" in out
+    table = out[out.index("patch ") :]
+    assert "moe-bias-precast  change     absorbed" in table
+    assert main(["rebase", "--abort", str(tree)]) != 0
+    assert main(["rebase", "--skip", str(tree)]) != 0
+    assert main(["rebase", str(tree)]) == 2
+    assert main(["rebase", "--continue", "--from", V1, str(tree)]) == 2
+
+
+def test_patch_to_a_file_upstream_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    without_other = {k: v for k, v in V1_FILES.items() if k != "vllm/other.py"}
+    fork = make_fork(tmp_path, monkeypatch, {V1: V1_FILES, "1.2.0": without_other}, default=V1)
+    fork.write_series(V1, [OTHER, MOE])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict) as info:
+        start_rebase(fork.config, V1, "1.2.0", tree, log=quiet)
+    assert "vllm/other.py: changed by the patch, deleted or moved upstream" in str(info.value)
+    git(tree, "rm", "-q", "vllm/other.py")
+    with pytest.raises(WorkTreeError, match="--skip"):
+        continue_rebase(fork.config, tree, log=quiet)
+    result = continue_rebase(fork.config, tree, skip=True, log=quiet)
+    assert [(p.result, p.detail) for p in result.state.picks] == [
+        ("absorbed", "dropped by hand (--skip)"),
+        ("applied", "clean"),
+    ]
+    assert not (tree / "vllm/other.py").exists()
+    with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
+        continue_rebase(fork.config, tree, skip=True, log=quiet)
