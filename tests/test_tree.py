@@ -118,6 +118,21 @@ def test_export_removes_stale_and_refuses_dirty(fork_repo: ForkRepo, tmp_path: P
     assert sorted(p.name for p in fork_repo.series_dir().iterdir()) == before
 
 
+def test_export_keeps_history_comments_when_the_list_changes(
+    fork_repo: ForkRepo, tmp_path: Path
+) -> None:
+    tree = make_series(fork_repo, tmp_path)
+    series_file = fork_repo.series_dir() / "series"
+    history = "# Applied-Upstream: 9.9.9 <- 0009-Old.patch (ar-rms-pack-gate, change): probe\n"
+    series_file.write_text(series_file.read_text() + history)
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    result = export(fork_repo.config, tree)
+    assert result.series_changed
+    text = series_file.read_text()
+    assert text.endswith("0001-ROCm-Change-f3.patch\n" + history)
+    assert text.count("# Patch order") == 1
+
+
 def test_export_rejects_commit_without_header(fork_repo: ForkRepo, tmp_path: Path) -> None:
     tree = tmp_path / "wt"
     materialize(fork_repo.config, None, tree)

@@ -126,6 +126,23 @@ def export(config: Config, tree: Path) -> ExportResult:
     series_file = series_dir / SERIES_FILE
     current = read_series_file(series_dir) if series_file.is_file() else None
     if current != result.patches:
-        series_file.write_text(SERIES_HEADER + "".join(f"{n}\n" for n in result.patches))
+        series_file.write_text(
+            SERIES_HEADER + "".join(f"{n}\n" for n in result.patches) + kept_comments(series_file)
+        )
         result.series_changed = True
     return result
+
+
+def kept_comments(series_file: Path) -> str:
+    """The comment lines of an existing series file that export did not write
+    (e.g. the `# Applied-Upstream:` history a rebase records), kept in order
+    after the patch list."""
+    if not series_file.is_file():
+        return ""
+    own = set(SERIES_HEADER.splitlines())
+    lines = [
+        line
+        for line in series_file.read_text().splitlines()
+        if line.lstrip().startswith("#") and line not in own
+    ]
+    return "".join(f"{line}\n" for line in lines)
