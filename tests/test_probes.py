@@ -989,3 +989,42 @@ class rocm_aiter_ops:
     unrelated = text.replace("AR_RMS_ONE_SHOT", "AR_RMS_ENABLED")
     f = probe("ar-rms-pack-gate", make_tree(tmp_path, {AITER_OPS: unrelated}))
     assert f.hardening == {"two-stage-switch": False}
+
+
+ROUTER_GUARDED_BY_HELPER = (
+    ROUTER_FP32
+    + """
+    def choose_router_dtype(self):
+        bias = self.gate.e_score_correction_bias
+        dtype = self.gate.weight.dtype
+        reference = _selected_experts(self.probe_logits, bias.float())
+        rounded = _selected_experts(self.probe_logits, bias.to(dtype).float())
+        if (rounded != reference).any():
+            return
+        self.gate.out_dtype = dtype
+
+
+def _selected_experts(logits, bias):
+    return (logits.sigmoid() + bias).topk(8, dim=-1).indices
+
+
+def choose_all(model):
+    for m in model.modules():
+        m.choose_router_dtype()
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def load_weights(self, weights):
+        loaded = self.model.load(weights)
+        choose_all(self)
+        return loaded
+"""
+)
+
+
+def test_dsv32_guard_selection_in_called_helper(tmp_path):
+    """The expert selection compared before/after rounding may live in a helper."""
+    tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_GUARDED_BY_HELPER, SPARSE: BUILDER_CACHED})
+    f = probe("dsv32-decode", tree)
+    assert f.state == P, f.reason
+    assert f.hardening["bias-precision-guard"]

@@ -395,9 +395,15 @@ def _bias_guard(module: ast.Module) -> pyast.FuncDef | None:
             "all",
             "any",
         }
+        # the expert selection may sit in a helper the function calls by name
+        selection = {
+            i.lower()
+            for helper in pyast.reachable(module, [fn], depth=1)
+            for i in pyast.identifiers(helper)
+        }
         if (
             any("bias" in i for i in low)
-            and low & {"topk", "argsort", "sort", "argmax", "grouped_topk", "unique"}
+            and selection & {"topk", "argsort", "sort", "argmax", "grouped_topk", "unique"}
             and rounds
             and compares
         ):
