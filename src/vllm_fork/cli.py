@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from . import __version__, cli_build
 from .config import Config, load_config
 from .errors import ForkError
 
@@ -161,6 +161,21 @@ COMMANDS: dict[str, Command] = {
         "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+    "build": Command(
+        "build the hardened wheel with vLLM's own build (precompiled, full or empty)",
+        cli_build.build_args,
+        cli_build.build_run,
+    ),
+    "verify": Command(
+        "check a wheel's RECORD hashes and provenance against the series and pins",
+        cli_build.verify_args,
+        cli_build.verify_run,
+    ),
+    "smoke": Command(
+        "install a wheel into a fresh venv and check it on CPU",
+        cli_build.smoke_args,
+        cli_build.smoke_run,
+    ),
 }
 
 
