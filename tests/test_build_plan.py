@@ -272,11 +272,16 @@ def test_full_build_fails_early_without_toolchain(
     assert "hipcc not found" in str(exc.value)
     assert "Dockerfile.rocm" in str(exc.value)
     assert not (tmp_path / "dist").exists()  # nothing was built or created
-    # the same with a CPU-only torch names the missing ROCm torch as well
+    # with hipcc there, a build Python with a CPU-only torch is refused, still early
+    hipcc = tmp_path / "rocm" / "bin" / "hipcc"
+    hipcc.parent.mkdir(parents=True)
+    hipcc.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
     probe.update(torch="2.13.0+cpu", torch_hip=None)
     fake.write_text(f"#!/bin/sh\necho '{json.dumps(probe)}'\n")
     with pytest.raises(BuildEnvError, match="ROCm build of torch is needed"):
         build(fork_repo.config, req)
+    assert not (tmp_path / "dist").exists()
 
 
 def test_missing_source_dir_is_reported(fork_repo: ForkRepo, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from .buildenv import (
     BuildEnvError,
     check_build_python,
     check_toolchain,
+    compiler_missing,
     ensure_build_env,
     probe_python,
     requirements_file,
@@ -44,8 +45,10 @@ from .sources import Fetcher
 from .verify import verify_wheel
 
 DOCKERFILE_HINT = (
-    "For a container build on a ROCm build host: `vllm-fork materialize DIR` and build "
-    "DIR/docker/Dockerfile.rocm (docker build -f DIR/docker/Dockerfile.rocm DIR)."
+    "For a container build on a ROCm build host: `vllm-fork materialize DIR`, then "
+    "`docker build -f DIR/docker/Dockerfile.rocm DIR` (it builds the local tree); its wheel "
+    "has neither the fork version nor the provenance record, so for a release run "
+    "`vllm-fork build --mode full --device rocm` inside that image."
 )
 LOG_TAIL = 40
 
@@ -217,7 +220,13 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         missing = check_sources(req.full)
         if missing:
             raise UsageError("\n".join(missing))
-        if req.build_python:  # the compiler can be checked before any work
+        # the compiler (and a given build Python) can be checked before any work
+        missing_compiler = compiler_missing(req.device)
+        if missing_compiler:
+            raise BuildEnvError(
+                f"cannot run a full {req.device} build here: {missing_compiler}\n{DOCKERFILE_HINT}"
+            )
+        if req.build_python:
             _preflight(req, req.build_python, prep.base.torch)
     out_dir = req.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)

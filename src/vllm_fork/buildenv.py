@@ -205,6 +205,21 @@ def nvcc_version(nvcc: str) -> str | None:
     return None
 
 
+def compiler_missing(device: str) -> str | None:
+    """Why a full build for ``device`` cannot start here (no nvcc / hipcc), or None."""
+    if device == "cuda" and _nvcc() is None:
+        return (
+            "nvcc not found (set CUDA_HOME or put nvcc on PATH): a full CUDA build needs "
+            "the CUDA toolkit matching the build torch's CUDA"
+        )
+    if device == "rocm" and _hipcc() is None:
+        return (
+            "hipcc not found (set ROCM_PATH or put hipcc on PATH): a full ROCm build needs "
+            "ROCm matching the build torch's HIP"
+        )
+    return None
+
+
 def check_toolchain(device: str, info: PythonInfo) -> list[str]:
     """Problems of the GPU compiler for a full build (empty when it can start)."""
     problems: list[str] = []
