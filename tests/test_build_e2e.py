@@ -33,8 +33,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     for run in ("a", "b"):
         t0 = time.monotonic()
         result = build(config, BuildRequest(mode="precompiled", out_dir=out / run))
-        print(f"\nprecompiled build {run}: {time.monotonic() - t0:.0f} s "
-              f"(vLLM's build step {result.build_seconds:.0f} s)")
+        print(
+            f"\nprecompiled build {run}: {time.monotonic() - t0:.0f} s "
+            f"(vLLM's build step {result.build_seconds:.0f} s)"
+        )
         wheels.append(result.wheel)
     return wheels[0], wheels[1]
 
@@ -60,8 +62,10 @@ def test_precompiled_wheel(built: tuple[Path, Path]) -> None:
 def test_build_is_reproducible(built: tuple[Path, Path]) -> None:
     a, b = built
     diff = diff_wheels(a, b)
-    print(f"\nonly in first: {diff.only_first}\nonly in second: {diff.only_second}\n"
-          f"differ: {diff.differ}\nsame bytes: {a.read_bytes() == b.read_bytes()}")
+    print(
+        f"\nonly in first: {diff.only_first}\nonly in second: {diff.only_second}\n"
+        f"differ: {diff.differ}\nsame bytes: {a.read_bytes() == b.read_bytes()}"
+    )
     assert diff_wheels(a, b, python_only=True).same
     assert diff.same
 

@@ -209,3 +209,11 @@ def test_provenance_module_reads_installed_record(tmp_path: Path) -> None:
         [sys.executable, "-m", "vllm_fork.provenance"], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 1 and "no fork provenance" in proc.stderr
+
+
+def test_verify_malformed_record_fails_cleanly(series_repo: ForkRepo, tmp_path: Path) -> None:
+    record = record_for(series_repo)
+    del record["build"]
+    report = verify_wheel(series_repo.config, fork_wheel(tmp_path, record))
+    assert not report.passed
+    assert report.bad[-1].startswith("provenance: malformed record")

@@ -37,6 +37,8 @@ print(json.dumps({
     "dist_version": md.version("vllm"),
     "package_dir": os.path.dirname(vllm.__file__),
     "python": sys.version.split()[0],
+    "provenance": open(os.path.join(os.path.dirname(vllm.__file__),
+                                    "_fork_provenance.json")).read(),
 }))
 """
 
@@ -139,6 +141,10 @@ def smoke(
                 result.lines.append(f"{label} {info[key]}")
             else:
                 result.failures.append(f"{label} is {info[key]}, the wheel is {expected}")
+        if loads(info.pop("provenance")) == record:
+            result.lines.append(f"installed {PACKAGE_PATH} is the wheel's record")
+        else:
+            result.failures.append(f"installed {PACKAGE_PATH} differs from the wheel's")
         from .probes import DirTree, probe_all
 
         site = Path(info["package_dir"]).parent

@@ -77,6 +77,14 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
 
 def verify_wheel(config: Config, wheel_path: Path) -> Report:
     report = Report()
+    try:
+        _verify(config, Path(wheel_path), report)
+    except (KeyError, TypeError, AttributeError) as exc:
+        report.check(False, "provenance", f"malformed record (missing or bad {exc})")
+    return report
+
+
+def _verify(config: Config, wheel_path: Path, report: Report) -> None:
     with Wheel(wheel_path) as wheel:
         problems = wheel.check_record()
         report.check(
@@ -87,12 +95,12 @@ def verify_wheel(config: Config, wheel_path: Path) -> Report:
         )
         if not wheel.has(PACKAGE_PATH):
             report.check(False, "provenance", f"{PACKAGE_PATH} is missing: not a fork build")
-            return report
+            return
         try:
             record = loads(wheel.read(PACKAGE_PATH))
         except ValueError as exc:
             report.check(False, "provenance", f"unreadable: {exc}")
-            return report
+            return
         report.ok.append(f"provenance {PACKAGE_PATH} (schema {record['schema']})")
         version = record.get("version", "")
         name_version = str(wheel.name.version)
@@ -114,7 +122,7 @@ def verify_wheel(config: Config, wheel_path: Path) -> Report:
         base = load_pins(config.bases_file).get(record["base"]["version"])
     except (ForkError, KeyError) as exc:
         report.check(False, "base pin", str(exc))
-        return report
+        return
     series = load_series(config.series_dir(base.version))
     revision = series_revision(series.directory, len(series.patches))
     expected = make_record(
@@ -144,4 +152,3 @@ def verify_wheel(config: Config, wheel_path: Path) -> Report:
         f"wheel is {version}, the current series gives {expected['version']}",
     )
     _compare_patches(report, record["series"].get("patches", []), expected["series"]["patches"])
-    return report
