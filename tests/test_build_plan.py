@@ -322,3 +322,14 @@ def test_cli_dry_run(
     assert "--plat-name=manylinux_2_28_x86_64" in out
     assert "docker/Dockerfile.rocm" in out
     assert "CMAKE_C_COMPILER_LAUNCHER" not in out
+
+
+def test_build_trees_survive_the_cache_lock(fork_repo: ForkRepo) -> None:
+    from vllm_fork.build import work_root
+    from vllm_fork.lock import cache_lock
+
+    tree = work_root(fork_repo.config) / "build-x" / "src"
+    tree.mkdir(parents=True)
+    with cache_lock(fork_repo.config.cache_dir):  # taken by downloads during a build
+        pass
+    assert tree.is_dir()

@@ -53,6 +53,14 @@ DOCKERFILE_HINT = (
 LOG_TAIL = 40
 
 
+def work_root(config: Config) -> Path:
+    """Where build trees and smoke venvs live while in use: ``<cache>/work``.
+
+    Not ``<cache>/tmp``, which the cache lock empties of what a killed run left.
+    """
+    return config.cache_dir / "work"
+
+
 class BuildRefused(ForkError):
     """The series cannot be built in the mode asked."""
 
@@ -162,7 +170,7 @@ def make_plan(
 def dry_run(config: Config, req: BuildRequest) -> str:
     """The environment and command a build would run (placeholders for what it creates)."""
     prep = prepare(config, req)
-    tree = config.tmp_dir / "build-XXXXXX" / "src"
+    tree = work_root(config) / "build-XXXXXX" / "src"
     python = req.build_python or str(config.cache_dir / "build-env" / "<key>" / "bin" / "python")
     plan = make_plan(
         config, req, prep, tree=tree, out_dir=tree.parent / "dist", python=python, epoch=0
@@ -230,8 +238,8 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             _preflight(req, req.build_python, prep.base.torch)
     out_dir = req.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    config.tmp_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"build-{prep.base.version}-", dir=config.tmp_dir))
+    work_root(config).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"build-{prep.base.version}-", dir=work_root(config)))
     keep = req.keep_tree
     try:
         from .tree import materialize

@@ -110,8 +110,10 @@ def smoke(
     expected = record["version"]
     keep = venv is not None
     if venv is None:
-        config.tmp_dir.mkdir(parents=True, exist_ok=True)
-        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=config.tmp_dir)) / "venv"
+        from .build import work_root
+
+        work_root(config).mkdir(parents=True, exist_ok=True)
+        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=work_root(config))) / "venv"
     elif venv.exists():
         raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
     vpy = venv / "bin" / "python"
