@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from . import __version__, cli_build
 from .config import Config, load_config
 from .errors import ForkError
 from .rebase_cli import matrix_args, matrix_run, rebase_args, rebase_run
@@ -218,6 +218,21 @@ COMMANDS: dict[str, Command] = {
     ),
     "matrix": Command(
         "per release: each change's state and whether the series applies", matrix_args, matrix_run
+    ),
+    "build": Command(
+        "build the hardened wheel with vLLM's own build (precompiled, full or empty)",
+        cli_build.build_args,
+        cli_build.build_run,
+    ),
+    "verify": Command(
+        "check a wheel's RECORD hashes and provenance against the series and pins",
+        cli_build.verify_args,
+        cli_build.verify_run,
+    ),
+    "smoke": Command(
+        "install a wheel into a fresh venv and check it on CPU",
+        cli_build.smoke_args,
+        cli_build.smoke_run,
     ),
 }
 

@@ -1,0 +1,88 @@
+"""Which patches a precompiled build cannot honour.
+
+A precompiled build takes vLLM's compiled extensions (and a few vendored
+Python packages) from upstream's wheel of the same version. A patch that
+changes a file compiled into those binaries, or a path the build overwrites
+from the wheel, would silently be dropped from the result, so such a series
+must be built with ``--mode full`` on a build host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# Sources compiled into the upstream binaries.
+COMPILED_PREFIXES = ("csrc/", "cmake/")
+COMPILED_FILES = ("CMakeLists.txt",)
+# Paths vLLM's precompiled mode overwrites with the upstream wheel's copy.
+OVERWRITTEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
+
+_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
+_RENAME = re.compile(r"^rename (?:from|to) (.+)$")
+_MINUS_PLUS = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.+?)\t?$")
+
+
+def touched_paths(patch_text: str) -> list[str]:
+    """Every path a ``git format-patch`` file changes, creates, deletes or renames."""
+    paths: list[str] = []
+
+    def add(path: str) -> None:
+        if path != "/dev/null" and path not in paths:
+            paths.append(path)
+
+    in_header = False  # between "diff --git" and the first hunk of a file
+    for line in patch_text.splitlines():
+        if m := _DIFF_GIT.match(line):
+            in_header = True
+            add(m.group(1))
+            add(m.group(2))
+        elif line.startswith("@@"):
+            in_header = False
+        elif in_header and (m := _RENAME.match(line) or _MINUS_PLUS.match(line)):
+            add(m.group(1))
+    return paths
+
+
+def precompiled_reason(path: str) -> str | None:
+    """Why a precompiled build cannot carry a change to ``path`` (None: it can)."""
+    if path.startswith(COMPILED_PREFIXES) or path in COMPILED_FILES:
+        return "compiled into upstream's binaries"
+    if path.startswith(OVERWRITTEN_PREFIXES):
+        return "overwritten from upstream's wheel by the precompiled build"
+    return None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    patch: str
+    path: str
+    reason: str
+
+
+def precompiled_conflicts(patches: Iterable[Path]) -> list[Conflict]:
+    """Each (patch, path) of the series that a precompiled build would lose."""
+    found: list[Conflict] = []
+    for patch in patches:
+        text = Path(patch).read_text(encoding="utf-8", errors="replace")
+        for path in touched_paths(text):
+            reason = precompiled_reason(path)
+            if reason:
+                found.append(Conflict(Path(patch).name, path, reason))
+    return found
+
+
+def refusal_message(version: str, conflicts: list[Conflict]) -> str:
+    lines = [
+        f"cannot build vLLM {version} in precompiled mode: the series changes files that "
+        "upstream's binaries provide, and the wheel would silently lack these changes:"
+    ]
+    for c in conflicts:
+        lines.append(f"  {c.patch}: {c.path} ({c.reason})")
+    lines.append(
+        "Build this series with `vllm-fork build --mode full --device cuda|rocm` on a build "
+        "host with the GPU toolchain (or in a container from docker/Dockerfile.rocm)."
+    )
+    return "\n".join(lines)

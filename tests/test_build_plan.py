@@ -1,0 +1,335 @@
+"""The build's environment and command, per mode and device, and the early checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.build import BuildRequest, build
+from vllm_fork.buildconf import load_full_options, parse_source_option
+from vllm_fork.buildenv import BuildEnvError, PythonInfo, check_build_python, check_toolchain
+from vllm_fork.buildplan import DRIVER, SCRUBBED, FullOptions, PlanError, plan_build
+from vllm_fork.cli import main
+from vllm_fork.errors import UsageError
+
+from .buildutil import make_series, pin_wheel, python_patch
+from .conftest import ForkRepo
+
+TREE = Path("/build/src")
+OUT = Path("/build/dist")
+WHEEL = Path("/cache/dist/vllm-0.21.0-1-cp38-abi3-manylinux_2_24_x86_64.whl")
+PLAT = "manylinux_2_24_x86_64"
+
+
+def plan(mode: str, device: str = "cuda", full: FullOptions | None = None, **kw):
+    return plan_build(
+        mode=mode,
+        device=device,
+        python="/env/bin/python",
+        tree=TREE,
+        out_dir=OUT,
+        version="0.21.0+hardened.4",
+        source_date_epoch=1779364800,
+        plat_name=PLAT,
+        upstream_wheel=WHEEL if mode == "precompiled" else None,
+        full=full,
+        **kw,
+    )
+
+
+def settings(p) -> dict:
+    assert p.command[:3] == ("/env/bin/python", "-c", DRIVER)
+    assert p.command[3:5] == ("setuptools.build_meta", str(OUT))
+    return json.loads(p.command[5])
+
+
+def test_precompiled_plan() -> None:
+    p = plan("precompiled")
+    assert p.set_env == {
+        "VLLM_TARGET_DEVICE": "cuda",
+        "VLLM_USE_PRECOMPILED": "1",
+        "VLLM_PRECOMPILED_WHEEL_LOCATION": str(WHEEL),
+        "VLLM_VERSION_OVERRIDE": "0.21.0+hardened.4",
+        "SOURCE_DATE_EPOCH": "1779364800",
+        "PYTHONNOUSERSITE": "1",
+    }
+    assert settings(p) == {"--build-option": ["--py-limited-api=cp38", f"--plat-name={PLAT}"]}
+
+
+def test_full_cuda_plan() -> None:
+    full = FullOptions(
+        cuda_archs="9.0a 10.0",
+        max_jobs=32,
+        nvcc_threads=4,
+        build_type="Release",
+        sources={
+            "cutlass": Path("/src/cutlass"),
+            "flash-attn": Path("/src/fa"),
+            "flashmla": Path("/src/flashmla"),
+            "deepgemm": Path("/src/dg"),
+            "qutlass": Path("/src/qutlass"),
+            "triton-kernels": Path("/src/tk"),
+        },
+        ccache="/usr/bin/ccache",
+    )
+    p = plan("full", "cuda", full)
+    assert p.set_env == {
+        "VLLM_TARGET_DEVICE": "cuda",
+        "TORCH_CUDA_ARCH_LIST": "9.0a 10.0",
+        "MAX_JOBS": "32",
+        "NVCC_THREADS": "4",
+        "CMAKE_BUILD_TYPE": "Release",
+        "VLLM_CUTLASS_SRC_DIR": "/src/cutlass",
+        "VLLM_FLASH_ATTN_SRC_DIR": "/src/fa",
+        "FLASH_MLA_SRC_DIR": "/src/flashmla",
+        "DEEPGEMM_SRC_DIR": "/src/dg",
+        "QUTLASS_SRC_DIR": "/src/qutlass",
+        "TRITON_KERNELS_SRC_DIR": "/src/tk",
+        "CMAKE_C_COMPILER_LAUNCHER": "/usr/bin/ccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/bin/ccache",
+        "CMAKE_CUDA_COMPILER_LAUNCHER": "/usr/bin/ccache",
+        "CCACHE_BASEDIR": str(TREE),
+        "CCACHE_NOHASHDIR": "1",
+        "VLLM_VERSION_OVERRIDE": "0.21.0+hardened.4",
+        "SOURCE_DATE_EPOCH": "1779364800",
+        "PYTHONNOUSERSITE": "1",
+    }
+    assert settings(p)["--build-option"] == ["--py-limited-api=cp38", f"--plat-name={PLAT}"]
+
+
+def test_full_rocm_plan() -> None:
+    p = plan("full", "rocm", FullOptions(rocm_archs="gfx942", ccache="/usr/bin/ccache"))
+    env = p.set_env
+    assert env["VLLM_TARGET_DEVICE"] == "rocm"
+    assert env["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert env["CMAKE_HIP_COMPILER_LAUNCHER"] == "/usr/bin/ccache"
+    for absent in (
+        "TORCH_CUDA_ARCH_LIST",
+        "NVCC_THREADS",
+        "CMAKE_CUDA_COMPILER_LAUNCHER",
+        "VLLM_USE_PRECOMPILED",
+        "MAX_JOBS",
+    ):
+        assert absent not in env
+    # defaults: the fork's MI300/MI355 targets, no ccache unless found
+    assert plan("full", "rocm").set_env["PYTORCH_ROCM_ARCH"] == "gfx942;gfx950"
+    assert "CMAKE_C_COMPILER_LAUNCHER" not in plan("full", "rocm").set_env
+
+
+def test_empty_plan_is_pure_python() -> None:
+    p = plan("empty")
+    assert p.set_env["VLLM_TARGET_DEVICE"] == "empty"
+    assert "VLLM_USE_PRECOMPILED" not in p.set_env
+    assert settings(p) == {}
+    assert p.plat_name is None
+
+
+def test_caller_environment_is_scrubbed() -> None:
+    p = plan("full", "cuda")
+    env = p.environ(
+        {
+            "PATH": "/bin",
+            "VLLM_USE_PRECOMPILED": "1",
+            "PYTHONPATH": "/x",
+            "VLLM_PRECOMPILED_WHEEL_LOCATION": "/other.whl",
+            "MAX_JOBS": "7",
+        }
+    )
+    assert env["PATH"] == "/bin"
+    assert "VLLM_USE_PRECOMPILED" not in env and "PYTHONPATH" not in env
+    assert "VLLM_PRECOMPILED_WHEEL_LOCATION" not in env
+    assert env["MAX_JOBS"] == "7"  # a caller's MAX_JOBS stays unless the plan sets one
+    assert set(SCRUBBED) >= {"VLLM_VERSION_OVERRIDE", "VLLM_CUTLASS_SRC_DIR"}
+    text = p.render({"PYTHONPATH": "/x"})
+    assert "unset PYTHONPATH" in text and "unset VLLM_USE_PRECOMPILED" not in text
+    assert "export TORCH_CUDA_ARCH_LIST='7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX'" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "precompiled", "device": "rocm"}, "--device cuda"),
+        ({"mode": "full", "full": FullOptions(sources={"cutlas": Path("/x")})}, "cutlas"),
+        ({"mode": "full", "device": "rocm", "full": FullOptions(nvcc_threads=2)}, "NVCC"),
+        ({"mode": "nightly"}, "unknown build mode"),
+        ({"mode": "full", "device": "xpu"}, "unknown device"),
+    ],
+)
+def test_plan_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        plan(**kwargs)
+
+
+def test_build_config_file(tmp_path: Path) -> None:
+    (tmp_path / "cutlass").mkdir()
+    conf = tmp_path / "build.toml"
+    conf.write_text(
+        '[full]\ncuda-archs = "9.0"\nmax-jobs = 8\nccache = false\n'
+        '[full.sources]\ncutlass = "cutlass"\ndeepgemm = "/abs/DeepGEMM"\n'
+    )
+    options, use_ccache = load_full_options(conf)
+    assert options.cuda_archs == "9.0" and options.max_jobs == 8 and not use_ccache
+    assert options.sources == {"cutlass": tmp_path / "cutlass", "deepgemm": Path("/abs/DeepGEMM")}
+    conf.write_text("[full]\nmax-jobs = 0\n")
+    with pytest.raises(UsageError, match="positive integer"):
+        load_full_options(conf)
+    conf.write_text('[full.sources]\nflash_attn = "/x"\n')
+    with pytest.raises(UsageError, match="unknown source 'flash_attn'"):
+        load_full_options(conf)
+    assert parse_source_option("qutlass=/q") == ("qutlass", Path("/q"))
+    with pytest.raises(UsageError):
+        parse_source_option("qutlass")
+
+
+def info(**kw) -> PythonInfo:
+    packages = {
+        "torch": "2.11.0+cu130",
+        "setuptools": "80.10.2",
+        "setuptools-scm": "10.3.4",
+        "cmake": "4.1",
+        "ninja": "1.13",
+        "packaging": "25.0",
+    }
+    packages.update(kw.pop("packages", {}))
+    return PythonInfo(
+        python="/env/bin/python",
+        version="3.11",
+        packages=packages,
+        torch_cuda=kw.get("torch_cuda", "13.0"),
+        torch_hip=kw.get("torch_hip"),
+        torch_error=kw.get("torch_error"),
+    )
+
+
+def test_build_python_checks() -> None:
+    assert check_build_python(info(), "precompiled", "cuda", "2.11.0") == []
+    cpu = info(torch_cuda=None, packages={"torch": "2.13.0+cpu"})
+    assert (
+        "a CUDA build of torch is needed" in check_build_python(cpu, "precompiled", "cuda", None)[0]
+    )
+    assert check_build_python(cpu, "empty", "cuda", "2.11.0") == []
+    new_setuptools = info(packages={"setuptools": "81.0.0"})
+    assert "setuptools>=77.0.3,<81" in check_build_python(new_setuptools, "empty", "cuda", None)[0]
+    other_torch = info(packages={"torch": "2.14.1"})
+    assert check_build_python(other_torch, "precompiled", "cuda", "2.11.0") == []
+    assert "pins torch 2.11.0" in check_build_python(other_torch, "full", "cuda", "2.11.0")[0]
+    assert "ROCm build of torch" in check_build_python(info(), "full", "rocm", "2.11.0")[0]
+
+
+def test_toolchain_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    monkeypatch.setattr("vllm_fork.buildenv.Path.is_file", lambda self: False)
+    assert "nvcc not found" in check_toolchain("cuda", info())[0]
+    assert "hipcc not found" in check_toolchain("rocm", info(torch_hip="7.1"))[0]
+
+
+def test_toolchain_version_mismatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert "nvcc 12.8" in check_toolchain("cuda", info(torch_cuda="13.0"))[0]
+    assert check_toolchain("cuda", info(torch_cuda="12.9")) == []
+
+
+def test_full_build_fails_early_without_toolchain(
+    fork_repo: ForkRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, python_patch)
+
+    def boom(*args: object, **kw: object) -> None:
+        raise AssertionError("materialize must not run")
+
+    monkeypatch.setattr("vllm_fork.tree.materialize", boom)
+    # A build Python with a ROCm torch, on a machine without hipcc.
+    probe = {
+        "python": "3.11",
+        "torch": "2.11.0+rocm7.1",
+        "setuptools": "80.10.2",
+        "setuptools-scm": "10.3.4",
+        "cmake": "4.1",
+        "ninja": "1.13",
+        "packaging": "25",
+        "torch_cuda": None,
+        "torch_hip": "7.1",
+    }
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho '{json.dumps(probe)}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'empty'}:/usr/bin:/bin")
+    req = BuildRequest(
+        mode="full", device="rocm", build_python=str(fake), out_dir=tmp_path / "dist"
+    )
+    with pytest.raises(BuildEnvError) as exc:
+        build(fork_repo.config, req)
+    assert "hipcc not found" in str(exc.value)
+    assert "Dockerfile.rocm" in str(exc.value)
+    assert not (tmp_path / "dist").exists()  # nothing was built or created
+    # with hipcc there, a build Python with a CPU-only torch is refused, still early
+    hipcc = tmp_path / "rocm" / "bin" / "hipcc"
+    hipcc.parent.mkdir(parents=True)
+    hipcc.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    probe.update(torch="2.13.0+cpu", torch_hip=None)
+    fake.write_text(f"#!/bin/sh\necho '{json.dumps(probe)}'\n")
+    with pytest.raises(BuildEnvError, match="ROCm build of torch is needed"):
+        build(fork_repo.config, req)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_missing_source_dir_is_reported(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    pin_wheel(fork_repo)
+    req = BuildRequest(mode="full", full=FullOptions(sources={"cutlass": tmp_path / "nope"}))
+    with pytest.raises(UsageError, match="source cutlass \\(VLLM_CUTLASS_SRC_DIR\\)"):
+        build(fork_repo.config, req)
+
+
+def test_cli_dry_run(
+    fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, python_patch)
+    (tmp_path / "fa").mkdir()
+    assert (
+        main(
+            [
+                "build",
+                "--mode",
+                "full",
+                "--device",
+                "cuda",
+                "--dry-run",
+                "--max-jobs",
+                "3",
+                "--source",
+                f"flash-attn={tmp_path / 'fa'}",
+                "--no-ccache",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "vllm-9.9.9+hardened.1 (full, cuda)" in out
+    assert "export MAX_JOBS=3" in out
+    assert f"export VLLM_FLASH_ATTN_SRC_DIR={tmp_path / 'fa'}" in out
+    assert "--plat-name=manylinux_2_28_x86_64" in out
+    assert "docker/Dockerfile.rocm" in out
+    assert "CMAKE_C_COMPILER_LAUNCHER" not in out
+
+
+def test_build_trees_survive_the_cache_lock(fork_repo: ForkRepo) -> None:
+    from vllm_fork.build import work_root
+    from vllm_fork.lock import cache_lock
+
+    tree = work_root(fork_repo.config) / "build-x" / "src"
+    tree.mkdir(parents=True)
+    with cache_lock(fork_repo.config.cache_dir):  # taken by downloads during a build
+        pass
+    assert tree.is_dir()

@@ -1,0 +1,79 @@
+"""How `smoke` judges the probes of an installed wheel against its provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.probes import Finding
+from vllm_fork.smoke import SmokeFailed, check_changes, smoke
+
+from .conftest import ForkRepo
+from .wheelutil import write_wheel
+
+
+def entry(file: str, change: str, paths: list[str]) -> dict:
+    return {"file": file, "change": change, "part": "change", "paths": paths}
+
+
+RECORD = {
+    "series": {
+        "patches": [
+            entry("0001-gate.patch", "ar-rms-pack-gate", ["vllm/_aiter_ops.py"]),
+            entry("0002-gate-tests.patch", "ar-rms-pack-gate", ["tests/rocm/test_gate.py"]),
+            entry(
+                "0003-kernel.patch",
+                "rope-cache-dtype",
+                ["csrc/pos_encoding_kernels.cu", "tests/kernels/test_pos.py"],
+            ),
+        ]
+    }
+}
+
+
+def test_carried_python_change_must_be_present() -> None:
+    findings = {
+        "ar-rms-pack-gate": Finding("present", "gate by pack"),
+        "rope-cache-dtype": Finding("n/a", "csrc/pos_encoding_kernels.cu missing"),
+        "moe-bias-precast": Finding("present", "cast once"),
+        "dsv32-decode": Finding("absent", "no metadata cache"),
+    }
+    lines, failures = check_changes(RECORD, findings, None)
+    assert failures == []
+    assert (
+        lines[0] == "ar-rms-pack-gate: present in the installed files (carried: "
+        "0001-gate.patch, 0002-gate-tests.patch)"
+    )
+    assert lines[1].startswith("rope-cache-dtype: compiled sources only, not visible in a wheel")
+    assert lines[2] == "moe-bias-precast: present in the installed files (upstream in the base)"
+    assert lines[3].startswith("dsv32-decode: not carried by the series; installed files: absent")
+
+
+def test_carried_change_missing_from_installed_files_fails() -> None:
+    findings = {"ar-rms-pack-gate": Finding("absent", "whitelist gate")}
+    lines, failures = check_changes(RECORD, findings, None)
+    assert failures == [
+        "ar-rms-pack-gate: carried by 0001-gate.patch, 0002-gate-tests.patch "
+        "but probes absent: whitelist gate"
+    ]
+    assert "MISSING" in lines[0]
+
+
+def test_base_findings_explain_csrc_changes_not_carried() -> None:
+    record = {"series": {"patches": []}}
+    findings = {"rope-cache-dtype": Finding("n/a", "csrc/pos_encoding_kernels.cu missing")}
+    base = {"rope-cache-dtype": Finding("present", "kernel templated on the cache type")}
+    lines, _ = check_changes(record, findings, base)
+    assert lines == [
+        "rope-cache-dtype: not carried by the series; installed files: n/a: "
+        "csrc/pos_encoding_kernels.cu missing; base sources: present "
+        "(kernel templated on the cache type)"
+    ]
+
+
+def test_smoke_refuses_wheel_without_record(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    tag = "py3-none-any"
+    wheel = write_wheel(tmp_path / f"vllm-1.0-{tag}.whl", {"vllm/__init__.py": b""}, "1.0", tag)
+    with pytest.raises(SmokeFailed, match="not a fork build"):
+        smoke(fork_repo.config, wheel)
