@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# Set up the tool in .venv and materialize the default base with its patch series
-# into DIR (default: work/vllm-<default base>), then print the status per change.
-# Usage: scripts/main.sh [DIR]      (BASE=0.20.0 scripts/main.sh to pick another base)
+# The main job: build the hardened vLLM wheel for a base (default: the default
+# base) with vLLM's own build, then verify it against the series and pins.
+# Sets up .venv with the tool; downloads (sdist, upstream wheel, build env)
+# are verified and cached in the user cache directory.
+# Usage: scripts/main.sh [extra `vllm-fork build` options, e.g. --mode full --device rocm]
+#        BASE=0.20.0 scripts/main.sh        another pinned base
+#        DIST=out scripts/main.sh            output directory (default: dist)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
 ensure_venv ""
 
-base="${BASE:-$(.venv/bin/python -c 'from vllm_fork.pins import load_pins; print(load_pins(__import__("pathlib").Path("bases.toml")).get(None).version)')}"
-dir="${1:-work/vllm-$base}"
-
-if [[ -d "$dir" && -n "$(ls -A "$dir")" ]]; then
-    have="$(git -C "$dir" config --get vllm-fork.base 2>/dev/null || true)"
-    if [[ "$have" != "$base" ]]; then
-        echo "error: $dir exists and is not a materialized work tree of $base" >&2
-        exit 1
-    fi
-    echo "$dir already holds vLLM $base; leaving it as it is"
-else
-    .venv/bin/vllm-fork materialize --base "$base" "$dir"
-fi
+base="${BASE:-$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')}"
+dist="${DIST:-dist}"
 .venv/bin/vllm-fork status --base "$base"
+out="$(.venv/bin/vllm-fork build --base "$base" -o "$dist" "$@")"
+echo "$out"
+if [[ " $* " != *" --dry-run "* ]]; then
+    wheel="$(head -n1 <<<"$out" | cut -d' ' -f1)"
+    .venv/bin/vllm-fork verify "$wheel"
+fi

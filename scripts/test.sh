@@ -9,6 +9,11 @@ ensure_venv dev
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The end-to-end precompiled build of the default base (twice, compared) runs
+# here too: it needs the index or a warm cache; VLLM_FORK_E2E_BUILD=0 skips it.
+# Installing the wheel with all its dependencies (`vllm-fork smoke`, about
+# 8 GB) runs only with VLLM_FORK_E2E_SMOKE=1.
+export VLLM_FORK_E2E_BUILD="${VLLM_FORK_E2E_BUILD:-1}"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 
 # The fork's own tests inside a materialized tree of the default base
