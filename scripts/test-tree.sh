@@ -21,4 +21,4 @@ if [[ -e "$dir" ]]; then
 fi
 .venv/bin/vllm-fork materialize --base "$base" "$dir"
 ensure_tree_venv "$dir" .venv-tree
-.venv/bin/vllm-fork test "$dir" --python .venv-tree/bin/python --prove-fail
+.venv/bin/vllm-fork test "$dir" --python "$PWD/.venv-tree/bin/python" --prove-fail

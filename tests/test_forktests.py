@@ -3,6 +3,7 @@ without the patch that brings them."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -135,3 +136,18 @@ def test_prove_failing_judges_change_and_hardening(work_tree: Path) -> None:
 def test_parse_junit_missing_report_counts_as_error(tmp_path: Path) -> None:
     outcome = parse_junit(tmp_path / "absent.xml", returncode=4)
     assert outcome.red and not outcome.green
+
+
+def test_cli_resolves_a_relative_interpreter_before_leaving_for_the_tree(
+    work_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_fork.cli import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    relative = os.path.relpath(sys.executable, elsewhere)
+    assert os.sep in relative
+    # the series of work_tree holds one hardening patch whose test does not
+    # depend on it, so plain `test` (without --prove-fail) must pass
+    assert main(["test", str(work_tree), "--python", relative]) == 0

@@ -172,12 +172,16 @@ def _test_run(args: argparse.Namespace, config: Config) -> int:
     from .forktests import format_proofs, prove_failing, run_fork_tests, sim_plugin_args
 
     tree = args.dir.absolute()
+    python = args.python
+    if os.sep in python:
+        # pytest runs from the tree's root: a relative interpreter path must not move
+        python = str(Path(python).absolute())
     extra = [*sim_plugin_args(tree), *shlex.split(args.pytest_args)]
-    outcome = run_fork_tests(tree, args.python, extra)
+    outcome = run_fork_tests(tree, python, extra)
     print(f"fork tests on {tree}: {outcome.summary()}")
     status = 0 if outcome.green else 1
     if args.prove_fail:
-        proofs = prove_failing(tree, args.python, extra)
+        proofs = prove_failing(tree, python, extra)
         print(format_proofs(proofs))
         if not all(proof.ok for proof in proofs):
             print("vllm-fork: error: some patch's tests pass without it", file=sys.stderr)
