@@ -551,6 +551,12 @@ def test_patch_to_a_file_upstream_deleted(tmp_path: Path, monkeypatch: pytest.Mo
         ("applied", "clean"),
     ]
     assert not (tree / "vllm/other.py").exists()
+    # Dropping it was the user's call: no Applied-Upstream claim for it.
+    (name,) = [n for n in series_files(fork.series_dir(V1)) if "Touch-other" in n]
+    assert parse_patch(fork.series_dir(V1) / name).applied_upstream is None
+    history = (fork.series_dir("1.2.0") / "series").read_text()
+    assert f"# Dropped-By-Hand: 1.2.0 <- {name} (rope-bf16-buffer, change)" in history
+    assert "# Applied-Upstream:" not in history
     with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
         continue_rebase(fork.config, tree, skip=True, log=quiet)
 

@@ -68,6 +68,9 @@ IN_PROGRESS = (
     "rebase-merge",
     "BISECT_LOG",
 )
+# Detail of a patch dropped with --skip: the user's call, not the probes' or
+# an empty pick's, so the old series gets no Applied-Upstream trailer for it.
+SKIPPED = "dropped by hand (--skip)"
 _MARKER = re.compile(rb"^(<<<<<<<|>>>>>>>)( |$)", re.MULTILINE)
 
 Log = Callable[[str], None]
@@ -421,7 +424,9 @@ def _step_finish(
     old_series = Path(state.old_series_dir)
     names = _old_series_names(old_series)
     absorbed = [
-        Absorbed(names.get(p.subject, p.subject), p.change, p.part, p.detail)
+        Absorbed(
+            names.get(p.subject, p.subject), p.change, p.part, p.detail, by_hand=p.detail == SKIPPED
+        )
         for p in state.picks
         if p.result == ABSORBED
     ]
@@ -436,7 +441,8 @@ def _step_finish(
     for entry in absorbed:
         path = old_series / entry.patch
         if (
-            entry.patch.endswith(".patch")
+            not entry.by_hand
+            and entry.patch.endswith(".patch")
             and path.is_file()
             and add_applied_upstream(path, state.onto_version)
         ):
@@ -555,7 +561,7 @@ def _skip(tree: Path, state: RebaseState) -> None:
     clear_leftovers(tree)
     current = state.picks[state.next]
     current.result = ABSORBED
-    current.detail = "dropped by hand (--skip)"
+    current.detail = SKIPPED
 
 
 def continue_rebase(
