@@ -605,3 +605,26 @@ def test_file_added_by_an_absorbed_patch_is_named_in_the_conflict(
         (hardening.subject, "applied"),
     ]
     assert (tree / "tests/test_rope.py").read_text().splitlines()[:2] == ["t 1", "t 2"]
+
+
+def test_added_file_stays_in_a_directory_upstream_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Upstream moves every file of tests/old/ to tests/new/; the fork adds its
+    # own test module to tests/old/. Git's directory rename detection would
+    # move it to tests/new/ (and stop on it); the fork's file stays put.
+    old = {"tests/old/test_a.py": "a\n" * 20, "tests/old/test_b.py": "b\n" * 20}
+    new = {k.replace("/old/", "/new/"): v for k, v in old.items()}
+    fork = make_fork(
+        tmp_path, monkeypatch, {V1: {**V1_FILES, **old}, V2: {**V1_FILES, **new}}, default=V1
+    )
+    added = PatchSpec(
+        "[ROCm][Tests] Add a fork test", "rocm-sim", "support", {"tests/old/test_fork.py": {2: "x"}}
+    )
+    fork.write_series(V1, [added])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    result = start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert results(result.state) == [(added.subject, "applied")]
+    assert (tree / "tests/old/test_fork.py").is_file()
+    assert not (tree / "tests/new/test_fork.py").exists()
