@@ -157,7 +157,12 @@ CONFLICT_SERIES = [OTHER, OPS, ROPE, KERNEL, MOE, MOE_HARDENING]
 
 
 def edit_lines(path: Path, lines: dict[int, str]) -> None:
-    content = path.read_text().splitlines()
+    """Replace lines of ``path``; a missing file is created with numbered lines first."""
+    if path.exists():
+        content = path.read_text().splitlines()
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        content = numbered(path.stem, max(lines))
     for number, new in lines.items():
         content[number - 1] = new
     path.write_text(text(content))

@@ -1028,3 +1028,38 @@ def test_dsv32_guard_selection_in_called_helper(tmp_path):
     f = probe("dsv32-decode", tree)
     assert f.state == P, f.reason
     assert f.hardening["bias-precision-guard"]
+
+
+def test_ar_rms_switch_asked_from_the_communicator(tmp_path):
+    # 0.33.0 layout: the gate lives in the communicator, the switch in
+    # rocm_aiter_ops (a class attribute read from the environment).
+    ops = (
+        """\
+import vllm.envs as envs
+
+class rocm_aiter_ops:
+    _AR_RMS_FORCE_2STAGE = envs.VLLM_ROCM_AITER_AR_RMS_FORCE_2STAGE
+
+    @classmethod
+    def is_fused_allreduce_rmsnorm_2stage_forced(cls):
+        return cls._AR_RMS_FORCE_2STAGE
+
+"""
+        + AR_DELEGATING
+    )
+    comm = AR_COMM.replace(
+        "        if envs.VLLM_ROCM_AITER_TWO_STAGE_ONLY:",
+        "        if rocm_aiter_ops.is_fused_allreduce_rmsnorm_2stage_forced():",
+    )
+    assert comm != AR_COMM
+    path = "vllm/distributed/device_communicators/aiter_custom_all_reduce.py"
+    f = probe("ar-rms-pack-gate", make_tree(tmp_path, {AITER_OPS: ops, path: comm}))
+    assert f.state == P and f.hardening == {"two-stage-switch": True}
+    plain = comm.replace(
+        "        if rocm_aiter_ops.is_fused_allreduce_rmsnorm_2stage_forced():\n"
+        "            return False\n",
+        "",
+    )
+    assert plain != comm
+    f = probe("ar-rms-pack-gate", make_tree(tmp_path / "plain", {AITER_OPS: ops, path: plain}))
+    assert f.state == P and f.hardening == {"two-stage-switch": False}

@@ -551,5 +551,80 @@ def test_patch_to_a_file_upstream_deleted(tmp_path: Path, monkeypatch: pytest.Mo
         ("applied", "clean"),
     ]
     assert not (tree / "vllm/other.py").exists()
+    # Dropping it was the user's call: no Applied-Upstream claim for it.
+    (name,) = [n for n in series_files(fork.series_dir(V1)) if "Touch-other" in n]
+    assert parse_patch(fork.series_dir(V1) / name).applied_upstream is None
+    history = (fork.series_dir("1.2.0") / "series").read_text()
+    assert f"# Dropped-By-Hand: 1.2.0 <- {name} (rope-bf16-buffer, change)" in history
+    assert "# Applied-Upstream:" not in history
     with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
         continue_rebase(fork.config, tree, skip=True, log=quiet)
+
+
+def test_file_added_by_an_absorbed_patch_is_named_in_the_conflict(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The change patch brings its own test module; the hardening extends it.
+    # Upstream absorbs the change without that module: the report must not
+    # send the user looking for where upstream moved it.
+    change = PatchSpec(
+        "[ROCm] Change rope and test it",
+        "dsv32-decode",
+        "change",
+        {
+            "vllm/rope.py": {10: "rope line 10 fork version"},
+            "tests/test_rope.py": {1: "t 1", 3: "t 3"},
+        },
+    )
+    hardening = PatchSpec(
+        "[ROCm] Harden rope, test it too",
+        "dsv32-decode",
+        "hardening",
+        {"vllm/rope.py": {20: "rope line 20 hardened"}, "tests/test_rope.py": {2: "t 2"}},
+    )
+    fork.write_series(V1, [change, hardening])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    monkeypatch.setattr(
+        "vllm_fork.rebase.probe_upstream",
+        lambda *_: {"dsv32-decode": ("present", "found upstream")},
+    )
+    with pytest.raises(RebaseConflict) as info:
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    report = str(info.value)
+    assert "deleted or moved upstream" not in report
+    assert (
+        "tests/test_rope.py: changed by the patch; added by the dropped patch "
+        "'[ROCm] Change rope and test it', not in upstream 1.1.0" in report
+    )
+    # The state keeps the explanation for a later look at the conflict.
+    git(tree, "add", "tests/test_rope.py")
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert results(result.state) == [
+        (change.subject, "absorbed"),
+        (hardening.subject, "applied"),
+    ]
+    assert (tree / "tests/test_rope.py").read_text().splitlines()[:2] == ["t 1", "t 2"]
+
+
+def test_added_file_stays_in_a_directory_upstream_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Upstream moves every file of tests/old/ to tests/new/; the fork adds its
+    # own test module to tests/old/. Git's directory rename detection would
+    # move it to tests/new/ (and stop on it); the fork's file stays put.
+    old = {"tests/old/test_a.py": "a\n" * 20, "tests/old/test_b.py": "b\n" * 20}
+    new = {k.replace("/old/", "/new/"): v for k, v in old.items()}
+    fork = make_fork(
+        tmp_path, monkeypatch, {V1: {**V1_FILES, **old}, V2: {**V1_FILES, **new}}, default=V1
+    )
+    added = PatchSpec(
+        "[ROCm][Tests] Add a fork test", "rocm-sim", "support", {"tests/old/test_fork.py": {2: "x"}}
+    )
+    fork.write_series(V1, [added])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    result = start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert results(result.state) == [(added.subject, "applied")]
+    assert (tree / "tests/old/test_fork.py").is_file()
+    assert not (tree / "tests/new/test_fork.py").exists()

@@ -20,6 +20,7 @@ try:
         V1_FILES,
         V2_FILES,
         Fork,
+        PatchSpec,
         git,
         make_fork,
     )
@@ -29,6 +30,7 @@ except ImportError:
         V1_FILES,
         V2_FILES,
         Fork,
+        PatchSpec,
         git,
         make_fork,
     )
@@ -185,3 +187,23 @@ def test_cli(fork: Fork, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     data = json.loads(out_file.read_text())
     assert [r["version"] for r in data["releases"]] == [BASE, MIDDLE]
     assert main(["matrix", "--releases", "7.7.7"]) == 2
+
+
+def test_tests_without_the_change_are_not_carried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A series that only pins a change (tests) or hardens it brings nothing to
+    # a release without the change: that release is missing it.
+    pins = PatchSpec(
+        "[Tests] Pin the precast", "moe-bias-precast", "tests", {"vllm/moe.py": {3: "pinned"}}
+    )
+    harden = PatchSpec(
+        "[ROCm] Harden rope", "rope-bf16-buffer", "hardening", {"vllm/rope.py": {3: "hardened"}}
+    )
+    fork = make_fork(tmp_path, monkeypatch, {BASE: V1_FILES}, default=BASE)
+    monkeypatch.setattr("vllm_fork.probes.probe_all", fake_probe_all)
+    fork.write_series(BASE, [pins, harden])
+    (base,) = compute_matrix(fork.config, [BASE], use_cache=False).rows
+    assert base.changes["moe-bias-precast"].state == "missing"
+    assert base.changes["rope-bf16-buffer"].state == "missing"
+    assert base.series_applies is True

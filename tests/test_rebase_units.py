@@ -67,7 +67,7 @@ def test_parse_markers_diff3() -> None:
     assert parse_markers("no conflict here\n") == []
 
 
-def test_applied_upstream_trailer_added_then_replaced(tmp_path: Path) -> None:
+def test_applied_upstream_trailer_keeps_the_first_release(tmp_path: Path) -> None:
     patch = tmp_path / "0001-ROCm-Precast-the-bias-once.patch"
     patch.write_text(PATCH)
     assert add_applied_upstream(patch, "0.22.0")
@@ -75,9 +75,13 @@ def test_applied_upstream_trailer_added_then_replaced(tmp_path: Path) -> None:
     assert text == PATCH.replace("Forwarded: no\n", "Forwarded: no\nApplied-Upstream: 0.22.0\n")
     assert parse_patch(patch).applied_upstream == "0.22.0"
     assert not add_applied_upstream(patch, "0.22.0")  # idempotent
-    assert add_applied_upstream(patch, "0.23.0")
+    # A later rebase straight onto a newer release keeps the first one ...
+    assert not add_applied_upstream(patch, "0.33.0")
+    assert parse_patch(patch).applied_upstream == "0.22.0"
+    # ... and an earlier release found later replaces it.
+    assert add_applied_upstream(patch, "0.21.1")
     assert patch.read_text().count("Applied-Upstream:") == 1
-    assert parse_patch(patch).applied_upstream == "0.23.0"
+    assert parse_patch(patch).applied_upstream == "0.21.1"
     # The diff, including its "--- " lines inside hunks, is untouched.
     assert patch.read_text().split("\n---\n", 1)[1] == PATCH.split("\n---\n", 1)[1]
 
@@ -102,6 +106,11 @@ def test_series_history_block_is_replaced(tmp_path: Path) -> None:
     assert once.splitlines()[-2:] == ["0001-a.patch", "0002-b.patch"]
     write_series_history(tmp_path, "0.22.0", [entry])
     assert series.read_text() == once
+    skipped = Absorbed("0004-d.patch", "dsv32-decode", "hardening", "dropped", by_hand=True)
+    write_series_history(tmp_path, "0.22.0", [entry, skipped])
+    assert "# Dropped-By-Hand: 0.22.0 <- 0004-d.patch (dsv32-decode, hardening): dropped\n" in (
+        series.read_text()
+    )
     write_series_history(tmp_path, "0.22.0", [])
     assert series.read_text() == "# header\n0001-a.patch\n0002-b.patch\n"
 

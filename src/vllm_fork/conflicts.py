@@ -52,11 +52,14 @@ def unmerged_stages(tree: Path) -> dict[str, set[int]]:
     return stages
 
 
+DELETED_UPSTREAM = "changed by the patch, deleted or moved upstream"
+
+
 def _kind(stages: set[int], has_markers: bool) -> str:
     if stages == {1, 2, 3} or has_markers:
         return "content"
     if 2 not in stages and 3 in stages:
-        return "changed by the patch, deleted or moved upstream"
+        return DELETED_UPSTREAM
     if 3 not in stages and 2 in stages:
         return "deleted or moved by the patch, changed upstream"
     if 1 not in stages:
@@ -101,6 +104,25 @@ def describe_conflicts(tree: Path) -> list[FileConflict]:
             hunks = parse_markers(file.read_text(encoding="utf-8", errors="replace"))
         result.append(FileConflict(path, _kind(stages, bool(hunks)), hunks))
     return result
+
+
+def note_added_by_dropped(
+    conflicts: list[FileConflict], added_by: dict[str, str], upstream_label: str
+) -> None:
+    """Say so when a file upstream "deleted" was only ever added by a dropped patch.
+
+    ``added_by`` maps a path to the patch that added it and was dropped
+    (absorbed) earlier in the replay: upstream never had the file, so the
+    question is whether this patch keeps it, not where upstream moved it.
+    """
+    for conflict in conflicts:
+        dropped = added_by.get(conflict.path)
+        if conflict.kind == DELETED_UPSTREAM and dropped:
+            conflict.kind = (
+                f"changed by the patch; added by the dropped patch {dropped!r}, "
+                f"not in {upstream_label}: `git add` it to keep it in this patch, "
+                "or `git rm` it"
+            )
 
 
 def _excerpt(lines: list[str]) -> list[str]:

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Config
-from .conflicts import FileConflict, describe_conflicts, format_conflicts, unmerged_stages
+from .conflicts import (
+    FileConflict,
+    describe_conflicts,
+    format_conflicts,
+    note_added_by_dropped,
+    unmerged_stages,
+)
 from .errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from .git import git_env, git_out, ref_exists, run_git
 from .pins import check_version, load_pins
@@ -62,6 +68,9 @@ IN_PROGRESS = (
     "rebase-merge",
     "BISECT_LOG",
 )
+# Detail of a patch dropped with --skip: the user's call, not the probes' or
+# an empty pick's, so the old series gets no Applied-Upstream trailer for it.
+SKIPPED = "dropped by hand (--skip)"
 _MARKER = re.compile(rb"^(<<<<<<<|>>>>>>>)( |$)", re.MULTILINE)
 
 Log = Callable[[str], None]
@@ -337,6 +346,21 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
     return False
 
 
+def _added_by_absorbed(tree: Path, done: list[Pick]) -> dict[str, str]:
+    """Files that the absorbed patches among ``done`` added, each with its patch's subject."""
+    added: dict[str, str] = {}
+    for p in done:
+        if p.result != ABSORBED:
+            continue
+        names = git_out(
+            ["diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=A", p.commit],
+            cwd=tree,
+        )
+        for name in names.splitlines():
+            added.setdefault(name, p.subject)
+    return added
+
+
 def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None:
     findings: dict[str, tuple[str, str]] | None = None
     total = len(state.picks)
@@ -358,6 +382,11 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
                 outcome = pick(tree, current.commit)
                 if outcome.status == PICK_CONFLICT:
                     conflicts = describe_conflicts(tree)
+                    note_added_by_dropped(
+                        conflicts,
+                        _added_by_absorbed(tree, state.picks[: state.next]),
+                        f"upstream {state.onto_version}",
+                    )
                     state.phase = CONFLICT
                     state.conflict = [c.to_json() for c in conflicts]
                     save_state(git_dir, state)
@@ -395,7 +424,9 @@ def _step_finish(
     old_series = Path(state.old_series_dir)
     names = _old_series_names(old_series)
     absorbed = [
-        Absorbed(names.get(p.subject, p.subject), p.change, p.part, p.detail)
+        Absorbed(
+            names.get(p.subject, p.subject), p.change, p.part, p.detail, by_hand=p.detail == SKIPPED
+        )
         for p in state.picks
         if p.result == ABSORBED
     ]
@@ -410,7 +441,8 @@ def _step_finish(
     for entry in absorbed:
         path = old_series / entry.patch
         if (
-            entry.patch.endswith(".patch")
+            not entry.by_hand
+            and entry.patch.endswith(".patch")
             and path.is_file()
             and add_applied_upstream(path, state.onto_version)
         ):
@@ -529,7 +561,7 @@ def _skip(tree: Path, state: RebaseState) -> None:
     clear_leftovers(tree)
     current = state.picks[state.next]
     current.result = ABSORBED
-    current.detail = "dropped by hand (--skip)"
+    current.detail = SKIPPED
 
 
 def continue_rebase(

@@ -1,7 +1,10 @@
 """Replay one commit of a series onto the detached HEAD of a work tree.
 
 The pick is ``git cherry-pick --no-commit`` (merge-ort: a 3-way merge with
-rename detection, so a patch follows a file upstream moved). The commit is
+rename detection, so a patch follows a file upstream moved). Directory
+rename detection is off: a file the patch adds stays where the patch puts
+it, even when upstream moved every other file out of that directory (0.33.0
+emptied tests/rocm/aiter/, where the fork keeps its simulation tests). The commit is
 then written with ``git commit-tree``: the original message and author,
 the fork's committer identity and committer date = author date, so that
 replaying the same series onto the same base gives the same commit ids.
@@ -137,6 +140,8 @@ def pick(tree: Path, commit: str) -> PickOutcome:
             "merge.conflictStyle=diff3",
             "-c",
             "merge.renames=true",
+            "-c",
+            "merge.directoryRenames=false",
             "cherry-pick",
             "--no-commit",
             commit,

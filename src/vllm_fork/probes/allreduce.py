@@ -96,11 +96,15 @@ def probe_ar_rms_pack_gate(tree: SourceTree) -> Finding:
         return Finding(NA, f"no {IMPL} in {AITER_OPS} (no fused allreduce+RMSNorm op)", hardening)
     gates = _gate_functions(tree, module)
     envs = set()
-    by_module: dict[int, tuple[ast.Module, list[pyast.FuncDef]]] = {}
+    by_module: dict[int, tuple[ast.Module, list[pyast.FuncDef]]] = {id(module): (module, [])}
     for mod, fn in gates:
         by_module.setdefault(id(mod), (mod, []))[1].append(fn)
+    # A gate in the communicator may ask rocm_aiter_ops (in _aiter_ops.py)
+    # whether the switch is on: follow names used in one module into the others.
+    used = set().union(*(pyast.identifiers(fn) for _, fn in gates)) if gates else set()
     for mod, fns in by_module.values():
-        envs |= _env_closure(mod, fns)
+        extra = [fn for fn in pyast.functions(mod) if fn.name in used and fn not in fns]
+        envs |= _env_closure(mod, fns + extra)
     hardening["two-stage-switch"] = any(w in e.upper() for e in envs for w in SWITCH_WORDS)
     whitelist = [fn.name for _, fn in gates if _has_whitelist(fn)]
     pack = [fn.name for _, fn in gates if _has_pack_rule(fn)]
