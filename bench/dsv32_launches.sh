@@ -37,7 +37,7 @@ for bias in bf16-exact collapsing; do
     for side in base fork; do
         tree="$dir"; [[ "$side" == base ]] && tree="$scratch/base"
         echo "## $side ($bias bias)"
-        (cd "$tree" && PYTHONPATH="$tree" "$python" "$bench" --bias "$bias" 2>/dev/null)
+        (cd "$tree" && VLLM_LOGGING_LEVEL=WARNING PYTHONPATH="$tree" "$python" "$bench" --bias "$bias" 2>/dev/null)
         echo
     done
 done
