@@ -72,6 +72,48 @@ def test_base_findings_explain_csrc_changes_not_carried() -> None:
     ]
 
 
+def test_tests_and_hardening_patches_do_not_make_a_change_carried() -> None:
+    """An upstream change pinned by fork tests and hardened by the fork (as
+    rope-cache-dtype and moe-bias-precast on 0.21.0)."""
+    record = {
+        "series": {
+            "patches": [
+                {
+                    "file": "0005-pin.patch",
+                    "change": "rope-cache-dtype",
+                    "part": "tests",
+                    "paths": ["tests/kernels/core/test_rope.py"],
+                },
+                {
+                    "file": "0006-check.patch",
+                    "change": "rope-cache-dtype",
+                    "part": "hardening",
+                    "paths": ["vllm/_custom_ops.py"],
+                },
+                {
+                    "file": "0004-pin.patch",
+                    "change": "moe-bias-precast",
+                    "part": "tests",
+                    "paths": ["tests/rocm/aiter/test_moe.py"],
+                },
+            ]
+        }
+    }
+    findings = {
+        "rope-cache-dtype": Finding("n/a", "no rotary_embedding host function"),
+        "moe-bias-precast": Finding("present", "cast once"),
+    }
+    base = {"rope-cache-dtype": Finding("present", "kernel templated on the cache type")}
+    lines, failures = check_changes(record, findings, base)
+    assert failures == []
+    assert lines == [
+        "rope-cache-dtype: upstream in the base sources, not visible in a wheel "
+        "(kernel templated on the cache type); fork patches: 0005-pin.patch, 0006-check.patch",
+        "moe-bias-precast: present in the installed files (upstream in the base; "
+        "fork patches: 0004-pin.patch)",
+    ]
+
+
 def test_smoke_refuses_wheel_without_record(fork_repo: ForkRepo, tmp_path: Path) -> None:
     tag = "py3-none-any"
     wheel = write_wheel(tmp_path / f"vllm-1.0-{tag}.whl", {"vllm/__init__.py": b""}, "1.0", tag)

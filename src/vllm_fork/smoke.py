@@ -68,33 +68,42 @@ def _py_paths(paths: list[str]) -> list[str]:
 def check_changes(
     record: dict[str, Any], findings: dict[str, Any], base_findings: dict[str, Any] | None
 ) -> tuple[list[str], list[str]]:
-    """Report lines and failures: probes of the installed files against the record."""
+    """Report lines and failures: probes of the installed files against the record.
+
+    A change is carried when a patch of ``Fork-Part: change`` brings it; tests and
+    hardening patches of a change upstream already has do not make it carried.
+    """
     lines: list[str] = []
     failures: list[str] = []
     patches = record["series"]["patches"]
     for change, finding in findings.items():
-        carried = [p for p in patches if p["change"] == change]
-        py = sorted({path for p in carried for path in _py_paths(p.get("paths", []))})
-        files = ", ".join(p["file"] for p in carried)
+        related = [p for p in patches if p["change"] == change]
+        carrying = [p for p in related if p.get("part", "change") == "change"]
+        py = sorted({path for p in carrying for path in _py_paths(p.get("paths", []))})
+        files = ", ".join(p["file"] for p in related)
         state = f"{finding.state}: {finding.reason}"
-        if carried and py:
+        base = base_findings.get(change) if base_findings else None
+        if carrying and py:
             if finding.state == "present":
                 lines.append(f"{change}: present in the installed files (carried: {files})")
             else:
                 failures.append(f"{change}: carried by {files} but probes {state}")
                 lines.append(f"{change}: MISSING from the installed files ({state})")
-        elif carried:
+        elif carrying:
             lines.append(
                 f"{change}: compiled sources only, not visible in a wheel; provenance: "
                 f"carried by {files}"
             )
         elif finding.state == "present":
-            lines.append(f"{change}: present in the installed files (upstream in the base)")
+            extra = f"; fork patches: {files}" if related else ""
+            lines.append(f"{change}: present in the installed files (upstream in the base{extra})")
+        elif base is not None and base.state == "present" and related:
+            lines.append(
+                f"{change}: upstream in the base sources, not visible in a wheel "
+                f"({base.reason}); fork patches: {files}"
+            )
         else:
-            where = ""
-            if base_findings and change in base_findings:
-                b = base_findings[change]
-                where = f"; base sources: {b.state} ({b.reason})"
+            where = f"; base sources: {base.state} ({base.reason})" if base is not None else ""
             lines.append(f"{change}: not carried by the series; installed files: {state}{where}")
     return lines, failures
 
