@@ -11,7 +11,7 @@ source scripts/venv.sh
 source scripts/tree-venv.sh
 ensure_venv ""
 
-base="$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')"
+base="$(default_base)"
 dir="${1:-work/vllm-$base}"
 [[ -d "$dir" ]] || .venv/bin/vllm-fork materialize --base "$base" "$dir"
 dir="$(cd "$dir" && pwd)"

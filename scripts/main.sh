@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
 ensure_venv ""
 
-base="${BASE:-$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')}"
+base="${BASE:-$(default_base)}"
 dist="${DIST:-dist}"
 .venv/bin/vllm-fork status --base "$base"
 out="$(.venv/bin/vllm-fork build --base "$base" -o "$dist" "$@")"

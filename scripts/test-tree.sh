@@ -9,7 +9,7 @@ source scripts/venv.sh
 source scripts/tree-venv.sh
 ensure_venv ""
 
-base="${1:-$(.venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)')}"
+base="${1:-$(default_base)}"
 dir="work/test-vllm-$base"
 if [[ -e "$dir" ]]; then
     # Only ever remove a tree this script made before.

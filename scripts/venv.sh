@@ -22,3 +22,8 @@ ensure_venv() {
         echo "$want" >> "$stamp"
     fi
 }
+
+# The default base recorded in bases.toml (needs ensure_venv first).
+default_base() {
+    .venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)'
+}
