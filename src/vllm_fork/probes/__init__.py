@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .allreduce import probe_ar_rms_pack_gate
-from .finding import ABSENT, NA, PRESENT, Finding
+from .finding import ABSENT, HARDENING, NA, PRESENT, Finding
 from .moe import probe_dsv32_decode, probe_moe_bias_precast
 from .rope import probe_rope_bf16_buffer, probe_rope_cache_dtype
 from .trees import DirTree, GitTree, SourceTree
@@ -31,19 +31,6 @@ _PROBES: dict[str, Callable[[SourceTree], Finding]] = {
     "moe-bias-precast": probe_moe_bias_precast,
     "dsv32-decode": probe_dsv32_decode,
     "ar-rms-pack-gate": probe_ar_rms_pack_gate,
-}
-
-# Hardening items per change, in a stable order (keys of Finding.hardening).
-HARDENING: dict[str, tuple[str, ...]] = {
-    "rope-cache-dtype": ("python-dtype-check", "bounded-dispatch"),
-    "rope-bf16-buffer": ("buffer-dtype-check", "no-unusable-buffer", "recompute-consistent"),
-    "moe-bias-precast": (),
-    "dsv32-decode": (
-        "complete-metadata-key",
-        "no-reuse-without-host-seqlens",
-        "bias-precision-guard",
-    ),
-    "ar-rms-pack-gate": ("two-stage-switch",),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from . import pyast
-from .finding import ABSENT, NA, PRESENT, Finding
+from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
 from .trees import SourceTree
 
 AITER_OPS = "vllm/_aiter_ops.py"
@@ -90,7 +90,7 @@ def _env_closure(module: ast.Module, fns: list[pyast.FuncDef]) -> set[str]:
 
 
 def probe_ar_rms_pack_gate(tree: SourceTree) -> Finding:
-    hardening = {"two-stage-switch": False}
+    hardening = no_hardening("ar-rms-pack-gate")
     module = pyast.parse(tree.read_text(AITER_OPS))
     if module is None or pyast.find_function(module, IMPL) is None:
         return Finding(NA, f"no {IMPL} in {AITER_OPS} (no fused allreduce+RMSNorm op)", hardening)

@@ -6,7 +6,7 @@ import ast
 import re
 
 from . import pyast
-from .finding import ABSENT, NA, PRESENT, Finding
+from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
 from .trees import SourceTree
 
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
@@ -255,11 +255,7 @@ def _whole_fills(cls: ast.ClassDef, build: pyast.FuncDef) -> list[str]:
 
 
 def probe_dsv32_decode(tree: SourceTree) -> Finding:
-    hardening = {
-        "complete-metadata-key": False,
-        "no-reuse-without-host-seqlens": False,
-        "bias-precision-guard": False,
-    }
+    hardening = no_hardening("dsv32-decode")
     model = pyast.parse(tree.read_text(DEEPSEEK))
     sparse = pyast.parse(tree.read_text(SPARSE_MLA))
     if model is None or sparse is None:

@@ -6,7 +6,7 @@ import ast
 import re
 
 from . import cuda, pyast
-from .finding import ABSENT, NA, PRESENT, Finding
+from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
 from .trees import SourceTree
 
 KERNEL_PATHS = (
@@ -119,7 +119,7 @@ def _python_dtype_check(tree: SourceTree) -> bool:
 
 def probe_rope_cache_dtype(tree: SourceTree) -> Finding:
     found = _kernel_source(tree)
-    hardening = {"python-dtype-check": False, "bounded-dispatch": False}
+    hardening = no_hardening("rope-cache-dtype")
     if found is None:
         return Finding(
             NA, "no rotary_embedding host function in pos_encoding_kernels.cu", hardening
@@ -196,11 +196,7 @@ def _refers(fn: ast.AST, name: str) -> bool:
 
 
 def probe_rope_bf16_buffer(tree: SourceTree) -> Finding:
-    hardening = {
-        "buffer-dtype-check": False,
-        "no-unusable-buffer": False,
-        "recompute-consistent": False,
-    }
+    hardening = no_hardening("rope-bf16-buffer")
     module = pyast.parse(tree.read_text(ROPE_BASE))
     if module is None:
         return Finding(NA, f"{ROPE_BASE} missing or unparsable", hardening)
