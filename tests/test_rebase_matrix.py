@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork import matrix as matrix_mod
-from vllm_fork.cli import main
+from vllm_fork.cli.main import main
 from vllm_fork.errors import UnknownVersionError
-from vllm_fork.matrix import compute_matrix, format_matrix
 from vllm_fork.probes import CHANGE_IDS, Finding
+from vllm_fork.rebase import matrix as matrix_mod
+from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 
 try:
     from .rebase_support import (
@@ -165,7 +165,7 @@ def test_release_selection(fork: Fork) -> None:
 
 def test_unavailable_release_is_reported(fork: Fork, monkeypatch: pytest.MonkeyPatch) -> None:
     # A pinned release whose sdist is neither imported nor downloadable (offline).
-    from vllm_fork.pins import Base, FilePin, load_pins, save_pins
+    from vllm_fork.sources.pins import Base, FilePin, load_pins, save_pins
 
     pins = load_pins(fork.config.bases_file)
     pins.bases["1.1.5"] = Base("1.1.5", FilePin("vllm-1.1.5.tar.gz", "0" * 64))

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .pins import Base
-    from .series import Series
+    from vllm_fork.series.patches import Series
+    from vllm_fork.sources.pins import Base
 
 SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"
@@ -54,7 +54,7 @@ def upstream_pr(change: str, origin: str) -> str | None:
 
 def patch_entries(series: Series) -> list[dict[str, Any]]:
     """One entry per patch, in series order."""
-    from .buildrules import touched_paths
+    from vllm_fork.build.rules import touched_paths
 
     entries = []
     for path, header in zip(series.patches, series.headers, strict=True):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .allreduce import probe_ar_rms_pack_gate
-from .finding import ABSENT, HARDENING, NA, PRESENT, Finding
-from .moe import probe_dsv32_decode, probe_moe_bias_precast
-from .rope import probe_rope_bf16_buffer, probe_rope_cache_dtype
-from .trees import DirTree, GitTree, SourceTree
+from vllm_fork.probes.allreduce import probe_ar_rms_pack_gate
+from vllm_fork.probes.finding import ABSENT, HARDENING, NA, PRESENT, Finding
+from vllm_fork.probes.moe import probe_dsv32_decode, probe_moe_bias_precast
+from vllm_fork.probes.rope import probe_rope_bf16_buffer, probe_rope_cache_dtype
+from vllm_fork.probes.trees import DirTree, GitTree, SourceTree
 
 CHANGE_IDS: tuple[str, ...] = (
     "rope-cache-dtype",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from . import pyast
-from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
-from .trees import SourceTree
+from vllm_fork.probes import pyast
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding, no_hardening
+from vllm_fork.probes.trees import SourceTree
 
 AITER_OPS = "vllm/_aiter_ops.py"
 IMPL = "_rocm_aiter_fused_allreduce_rmsnorm_impl"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-from . import cuda, pyast
-from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
-from .trees import SourceTree
+from vllm_fork.probes import cuda, pyast
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding, no_hardening
+from vllm_fork.probes.trees import SourceTree
 
 KERNEL_PATHS = (
     "csrc/pos_encoding_kernels.cu",
