@@ -52,9 +52,10 @@ from vllm_fork.rebase.state import (
     save_state,
 )
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
-from vllm_fork.series.patches import SERIES_FILE, parse_patch, parse_trailers, read_series_file
+from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
 from vllm_fork.sources.pins import check_version, load_pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.tree.commits import read_commits, series_commits
 from vllm_fork.tree.materialize import BASE_KEY, materialize
 from vllm_fork.tree.stacking import import_ref, stack_upstream
 
@@ -201,26 +202,10 @@ def _check_clean(tree: Path, git_dir: Path) -> None:
 
 
 def _series_commits(tree: Path, from_version: str) -> list[Pick]:
-    tag = tag_for(from_version)
-    if not ref_exists(find_git_dir(tree), f"refs/tags/{tag}"):
-        raise WorkTreeError(f"{tree} has no tag {tag}")
-    if run_git(["merge-base", "--is-ancestor", tag, "HEAD"], cwd=tree, check=False).returncode:
-        raise WorkTreeError(f"HEAD of {tree} does not descend from {tag}")
-    if git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree):
-        raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
-    picks = []
-    for commit in git_out(["rev-list", "--reverse", f"{tag}..HEAD"], cwd=tree).split():
-        message = git_out(["log", "-1", "--format=%B", commit], cwd=tree)
-        trailers = dict((k.lower(), v) for k, v in parse_trailers(message))
-        picks.append(
-            Pick(
-                commit=commit,
-                subject=message.splitlines()[0] if message else "",
-                change=trailers.get("fork-change", ""),
-                part=trailers.get("fork-part", ""),
-            )
-        )
-    return picks
+    return [
+        Pick(commit=c.sha, subject=c.subject, change=c.change, part=c.part)
+        for c in series_commits(tree, tag_for(from_version))
+    ]
 
 
 def start_rebase(
@@ -349,14 +334,10 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
 def _added_by_absorbed(tree: Path, done: list[Pick]) -> dict[str, str]:
     """Files that the absorbed patches among ``done`` added, each with its patch's subject."""
     added: dict[str, str] = {}
-    for p in done:
-        if p.result != ABSORBED:
-            continue
-        names = git_out(
-            ["diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=A", p.commit],
-            cwd=tree,
-        )
-        for name in names.splitlines():
+    absorbed = [p for p in done if p.result == ABSORBED]
+    commits = {c.sha: c for c in read_commits(tree, [p.commit for p in absorbed])}
+    for p in absorbed:
+        for name in commits[p.commit].paths("A"):
             added.setdefault(name, p.subject)
     return added
 
