@@ -1,5 +1,30 @@
 """`vllm-fork rebase`: move a work tree's series from upstream V1 onto V2.
 
+The whole state machine is in this file. Around it: ``state.py`` writes the
+state to disk, ``replay.py`` replays one commit (3-way cherry-pick),
+``conflicts.py`` describes a stop, ``cli/rebase.py`` is the front end.
+
+::
+
+    start_rebase: checks, backup ref, state file
+      |
+      v
+    IMPORTING --_step_import: V2 on top of V1, HEAD detached--+
+                                                              |
+      +-------------------------------------------------------+
+      v
+    PICKING --_step_picks: patch i applied or absorbed--> PICKING (i + 1)
+      |   |
+      |   +--3-way conflict--> CONFLICT --continue (_resolve): applied--> PICKING (i + 1)
+      |                                 --skip (_skip): dropped---------> PICKING (i + 1)
+      | every patch replayed
+      v
+    FINISHING --_step_finish: branch, base V2, export, history--> done
+
+    --abort (abort_rebase), from any phase: refs, HEAD, recorded base and
+    the series files written so far are put back exactly as they were.
+    --continue after a crash resumes the phase the state file names (_run).
+
 Steps (each one recorded in ``.git/vllm-fork-rebase.json`` before it runs,
 so that ``--continue`` and ``--abort`` work after a stop or a crash):
 
