@@ -339,9 +339,8 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
     current = state.picks[state.next]
     if head != state.expect_head:
         parent = _rev(tree, "HEAD^")
-        same = git_out(["log", "-1", "--format=%B", head], cwd=tree) == git_out(
-            ["log", "-1", "--format=%B", current.commit], cwd=tree
-        )
+        messages = {c.sha: c.message for c in read_commits(tree, [head, current.commit])}
+        same = messages.get(head) == messages.get(current.commit)
         if parent == state.expect_head and same and not _status(tree):
             current.result, current.detail, current.new_commit = APPLIED, "applied", head
             return True
