@@ -189,7 +189,11 @@ def sdist_wheel_disagreements(
     packaging decides what it holds).
     """
     tag = tag_for(version)
-    candidates = [p for p in upstream if p.startswith("vllm/") and p.endswith(".py")]
+    candidates = [
+        p
+        for p in upstream
+        if p.startswith("vllm/") and p.endswith(".py") and p not in FORK_METADATA
+    ]
     sdist = _blobs(tree, tag, candidates)
     return {p: data for p, data in sdist.items() if record_digest(data) != upstream[p]}
 

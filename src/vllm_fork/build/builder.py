@@ -22,6 +22,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from vllm_fork import __version__
+from vllm_fork.build.audit import align_with_upstream_wheel
 from vllm_fork.build.env import (
     BuildEnvError,
     check_build_python,
@@ -249,6 +250,11 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             f"into {tree}"
         )
         materialize(config, prep.base.version, tree)
+        aligned: list[str] = []
+        if req.mode == "precompiled":
+            assert prep.base.wheel is not None
+            Fetcher(config).ensure(prep.base.wheel)
+            aligned = align_with_upstream_wheel(config, tree, prep.base)
         record = make_record(
             base=prep.base,
             series=prep.series,
@@ -258,13 +264,12 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             device=req.device,
             tool_version=__version__,
         )
+        if aligned:
+            record["base"]["from_upstream_wheel"] = aligned
         write_into_tree(tree, record)
         # setuptools-scm lists the package files from git: the record must be in the index.
         run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
         epoch = int(git_out(["log", "-1", "--format=%ct", "HEAD"], cwd=tree))
-        if req.mode == "precompiled":
-            assert prep.base.wheel is not None
-            Fetcher(config).ensure(prep.base.wheel)
         python = req.build_python or str(
             ensure_build_env(config, requirements_file(tree, req.device))
         )
@@ -281,7 +286,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         built = dist / name
         if not built.is_file():
             raise BuildFailed(f"vLLM's build reported {name!r} but no such wheel is in {dist}")
-        report = verify_wheel(config, built)
+        report = verify_wheel(config, built, tree=tree)
         if not report.passed:
             keep = True
             raise BuildFailed(

@@ -131,6 +131,27 @@ def verify_run(args: argparse.Namespace, config: Config) -> int:
     return 0 if report.passed else 1
 
 
+# --- audit -------------------------------------------------------------------------
+
+
+def audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("wheel", type=Path, metavar="WHEEL")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def audit_run(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from vllm_fork.build.audit import audit_wheel
+
+    report = audit_wheel(config, args.wheel)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(report.format())
+    return 0 if report.passed else 1
+
+
 # --- smoke -------------------------------------------------------------------------
 
 

@@ -240,6 +240,11 @@ COMMANDS: dict[str, Command] = {
         cli_build.verify_args,
         cli_build.verify_run,
     ),
+    "audit": Command(
+        "explain every member that differs from upstream's wheel by a patch or fork metadata",
+        cli_build.audit_args,
+        cli_build.audit_run,
+    ),
     "smoke": Command(
         "install a wheel into a fresh venv and check it on CPU",
         cli_build.smoke_args,
