@@ -181,7 +181,7 @@ def test_failing_patch_is_reported_and_dir_removed(fork_repo: ForkRepo, tmp_path
     message = str(err.value)
     assert "patch 0001-ROCm-Change-f3.patch (#1 of 2) does not apply" in message
     assert "vllm/layer.py: hunk @@ -" in message
-    assert "was removed (use --keep-failed to keep it)" in message
+    assert "was not created (use --keep-failed to keep the partial tree)" in message
     assert not target.exists()
 
 
