@@ -93,12 +93,25 @@ def _materialize_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="on a failing patch keep DIR at the last patch that applied",
     )
+    _allow_unsupported_arg(p)
     p.add_argument("dir", type=Path, metavar="DIR", help="new (or empty) directory")
 
 
+def _allow_unsupported_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-unsupported",
+        action="store_true",
+        help="use a base that bases.toml does not mark supported (its tree is not hardened)",
+    )
+
+
 def _materialize_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.sources.pins import load_pins, require_supported
     from vllm_fork.tree.materialize import materialize
 
+    require_supported(
+        config, load_pins(config.bases_file).get(args.base), allow=args.allow_unsupported
+    )
     result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
     print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
     return 0
@@ -109,12 +122,17 @@ def _materialize_run(args: argparse.Namespace, config: Config) -> int:
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="export even from a detached or non-tip HEAD, or when patches would be dropped",
+    )
 
 
 def _export_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.tree.export import export
 
-    result = export(config, args.dir)
+    result = export(config, args.dir, force=args.force)
     state = "changed" if result.changed else "unchanged"
     print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
     for name in result.written:

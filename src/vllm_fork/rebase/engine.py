@@ -435,7 +435,8 @@ def _step_finish(
             Path(state.series_dir), [old_series / a.patch for a in absorbed]
         )
         save_state(git_dir, state)
-    exported = export(config, tree)
+    # The rebase replaces the onto series on purpose (absorbed patches are recorded below).
+    exported = export(config, tree, force=True)
     write_series_history(Path(state.series_dir), state.onto_version, absorbed)
     updated = []
     for entry in absorbed:
