@@ -104,6 +104,9 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
             # Every member was checked above; the filter re-checks and strips the top directory.
             tar.extractall(staging, members=members, filter=_make_filter(top))
         os.rename(staging, dest)
+    except UnsafeArchiveError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UnsafeArchiveError(f"{archive.name}: {exc}") from exc
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise UnsafeArchiveError(
