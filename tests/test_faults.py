@@ -214,6 +214,62 @@ def load_clean_commit(repo: ForkRepo, tmp_path: Path) -> str:
     return git_out(["--git-dir", config.upstream_repo, "rev-parse", tag_for(FAKE_VERSION)])
 
 
+# --- kills during rebase ----------------------------------------------------------
+
+KILL_REBASE = rows(
+    "kill during rebase",
+    "`rebase --abort` restores the tree and series exactly; `--continue` finishes instead",
+    *(
+        f"SIGKILL at {point}, then {then}"
+        for point in ("pick", "finish")
+        for then in ("abort", "continue")
+    ),
+)
+
+
+@pytest.mark.parametrize("fault", params(KILL_REBASE))
+def test_kill_during_rebase(fault: Fault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_fork.tree.materialize import materialize
+
+    from .rebase_support import (
+        CLEAN_SERIES,
+        V1,
+        V1_FILES,
+        V2,
+        V2_FILES,
+        make_fork,
+        series_files,
+        snapshot,
+    )
+
+    fork = make_fork(tmp_path, monkeypatch, {V1: V1_FILES, V2: V2_FILES}, default=V1)
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    before, series_before = snapshot(tree), series_files(fork.series_dir(V1))
+    point, then = fault.case.removeprefix("SIGKILL at ").split(", then ")
+    proc = cli(
+        "rebase",
+        "--from",
+        V1,
+        "--onto",
+        V2,
+        str(tree),
+        env={"VLLM_FORK_FAULT": f"rebase.{point}:kill"},
+    )
+    assert proc.returncode == -9, proc.stderr
+    proc = cli("rebase", f"--{then}", str(tree))
+    assert proc.returncode == 0, proc.stderr
+    if then == "abort":
+        assert snapshot(tree) == before
+        assert series_files(fork.series_dir(V1)) == series_before
+        assert not fork.series_dir(V2).exists()
+    else:
+        assert git_out(["config", "vllm-fork.base"], cwd=tree) == V2
+        assert (fork.series_dir(V2) / "series").is_file()
+        assert git_out(["status", "--porcelain"], cwd=tree) == ""
+
+
 # --- a corrupt cache ---------------------------------------------------------------
 
 

@@ -238,7 +238,33 @@ def ensure_upstream(config: Config, base: Base, fetcher: Fetcher | None = None) 
                 _discard_repo(config)
                 record = {"packs": {}, "imports": {}}
                 _save_record(config, record)
-            _import(config, base, fetcher or Fetcher(config), record)
+            fetcher = fetcher or Fetcher(config)
+            if (
+                entry is None
+                and config.offline
+                and not fetcher.cached_path(base.sdist).is_file()
+                and imported_sha256(config.upstream_repo, base.version) == base.sdist.sha256
+            ):
+                # An import made before imports were recorded, and no sdist to redo it
+                # with: record it as found (the next online run cannot tell it apart).
+                log.info(
+                    "recording the existing import of vLLM %s (sdist not cached)", base.version
+                )
+                _record_import(
+                    config,
+                    base,
+                    record,
+                    git_out(
+                        [
+                            "--git-dir",
+                            config.upstream_repo,
+                            "rev-parse",
+                            f"refs/tags/{tag}^{{commit}}",
+                        ]
+                    ),
+                )
+            else:
+                _import(config, base, fetcher, record)
             problem = check_import(config, base.version, record)
             if problem is not None:
                 raise CacheCorruptError(
@@ -276,6 +302,11 @@ def _import(config: Config, base: Base, fetcher: Fetcher, record: dict[str, Any]
         faults.point("upstream.repack")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _record_import(config, base, record, commit)
+
+
+def _record_import(config: Config, base: Base, record: dict[str, Any], commit: str) -> None:
+    repo = config.upstream_repo
     packs = {p.name: record["packs"].get(p.name) for p in _pack_files(repo)}
     record["packs"] = {
         name: digest or _sha256(repo / "objects" / "pack" / name) for name, digest in packs.items()
