@@ -206,6 +206,7 @@ class Fetcher:
             if path.is_file():
                 actual = sha256_file(path)
                 if actual == pin.sha256:
+                    self._remember(path, actual)
                     return path
                 reason = self._stale_reason(pin, path, actual)
                 path.unlink()
@@ -227,6 +228,17 @@ class Fetcher:
 
     def _record(self, path: Path) -> Path:
         return self.config.cache_dir / "state" / "dist" / f"{path.name}.sha256"
+
+    def _remember(self, path: Path, digest: str) -> None:
+        """Record the sha256 a cached file had when verified (to tell a changed pin from
+        damage later); a cache that cannot be written just goes without."""
+        record = self._record(path)
+        try:
+            if not record.is_file() or record.read_text().strip() != digest:
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(digest + "\n")
+        except OSError:
+            pass
 
     def _stale_reason(self, pin: FilePin, path: Path, actual: str) -> str:
         """Why a cached file does not match its pin: the pin changed, or the file is corrupt."""
@@ -262,9 +274,7 @@ class Fetcher:
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
             faults.point("fetch.store")
-            record = self._record(path)
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(actual + "\n")
+            self._remember(path, actual)
         except ForkError:
             raise
         except OSError as exc:

@@ -116,6 +116,12 @@ def check_import(config: Config, version: str, record: dict[str, Any]) -> str | 
     entry = record["imports"].get(version)
     if entry is None:
         return None
+    for name, digest in sorted(record["packs"].items()):
+        path = repo / "objects" / "pack" / name
+        if not path.is_file():
+            return f"pack file {name} is missing"
+        if _sha256(path) != digest:
+            return f"pack file {name} is damaged (its sha256 changed since it was written)"
     tag = tag_for(version)
     if not (repo / "HEAD").is_file():
         return f"{repo} is not a git repository any more"
@@ -128,12 +134,6 @@ def check_import(config: Config, version: str, record: dict[str, Any]) -> str | 
         return f"tag {tag} is missing or does not name a commit"
     if commit != entry["commit"]:
         return f"tag {tag} was moved to {commit[:12]}; the import made {entry['commit'][:12]}"
-    for name, digest in sorted(record["packs"].items()):
-        path = repo / "objects" / "pack" / name
-        if not path.is_file():
-            return f"pack file {name} is missing"
-        if _sha256(path) != digest:
-            return f"pack file {name} is damaged (its sha256 changed since it was written)"
     proc = run_git(
         ["--git-dir", repo, "rev-parse", "-q", "--verify", f"{commit}^{{tree}}"], check=False
     )
@@ -141,7 +141,8 @@ def check_import(config: Config, version: str, record: dict[str, Any]) -> str | 
         return f"commit {commit[:12]} does not have the imported tree {entry['tree'][:12]}"
     proc = run_git(["--git-dir", repo, "rev-list", "--objects", "--quiet", commit], check=False)
     if proc.returncode != 0:
-        return f"objects of {tag} are missing: {proc.stderr.decode().strip().splitlines()[-1:]}"
+        detail = (proc.stderr.decode().strip().splitlines() or ["git rev-list failed"])[-1]
+        return f"objects of {tag} are missing ({detail})"
     return None
 
 

@@ -182,7 +182,8 @@ def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) 
         part
         for part in (
             head,
-            f"it would drop {len(dropped)} patch(es) from {series_dir.name}: " + ", ".join(dropped)
+            f"it would drop {len(dropped)} patch(es) from series/{series_dir.name}: "
+            + ", ".join(dropped)
             if dropped
             else None,
         )
