@@ -252,7 +252,7 @@ SUPPORT: tuple[Support, ...] = (
     Support(
         id="rocm-sim",
         title="The ROCm/AITER simulation the fork's tests run on CPU",
-        files=("tests/rocm/sim/",),
+        files=("tests/rocm/sim/", "tests/rocm/__init__.py", "tests/rocm/conftest.py"),
     ),
 )
 
