@@ -252,3 +252,23 @@ def test_export_refuses_paths_the_build_overwrites(fork_repo: ForkRepo, tmp_path
     )
     with pytest.raises(SeriesError, match="must not change paths.*vllm/third_party/x.py"):
         export(fork_repo.config, tree)
+
+
+def test_export_refuses_an_overwritten_path_a_later_patch_removes(
+    fork_repo: ForkRepo, tmp_path: Path
+) -> None:
+    # Each patch file would still carry the change, so the series is refused
+    # even though the tree at HEAD no longer differs there.
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    commit(
+        tree,
+        "[ROCm] Add to flash-attn",
+        "No.",
+        trailer_block(),
+        {"vllm/vllm_flash_attn/x.py": "1\n"},
+    )
+    (tree / "vllm/vllm_flash_attn/x.py").unlink()
+    commit(tree, "[ROCm] Take it back", "No.", trailer_block(), {})
+    with pytest.raises(SeriesError, match="must not change paths.*vllm/vllm_flash_attn/x.py"):
+        export(fork_repo.config, tree)

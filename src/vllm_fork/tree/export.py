@@ -16,12 +16,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
 from vllm_fork.config import Config
-from vllm_fork.errors import ExportRefusedError, GitError, SeriesError, WorkTreeError
+from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file, validate_header
 from vllm_fork.sources.upstream import tag_for
-from vllm_fork.tree.materialize import BASE_KEY, BRANCH
+from vllm_fork.tree.commits import series_commits, tree_base
+from vllm_fork.tree.materialize import BRANCH
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,6 @@ FORMAT_PATCH = (
     "--diff-algorithm=myers",
     "--quiet",
 )
-# The precompiled build overwrites these paths with upstream's binaries' files.
-FORBIDDEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
 SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
 
 
@@ -51,20 +51,6 @@ class ExportResult:
     @property
     def changed(self) -> bool:
         return bool(self.written or self.removed or self.series_changed)
-
-
-def tree_base(tree: Path) -> str:
-    """The base version recorded in a work tree by materialize."""
-    if not (tree / ".git").exists():
-        raise WorkTreeError(f"{tree} is not a git work tree made by `vllm-fork materialize`")
-    proc = run_git(["config", "--get", BASE_KEY], cwd=tree, check=False)
-    version = proc.stdout.decode().strip()
-    if proc.returncode != 0 or not version:
-        raise WorkTreeError(
-            f"{tree} records no base version (git config {BASE_KEY}); "
-            "was it made by `vllm-fork materialize`?"
-        )
-    return version
 
 
 def _check_clean(tree: Path) -> None:
@@ -113,16 +99,9 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
     version = tree_base(tree)
     tag = tag_for(version)
     _check_clean(tree)
-    try:
-        run_git(["merge-base", "--is-ancestor", tag, "HEAD"], cwd=tree)
-    except GitError:
-        raise WorkTreeError(f"HEAD of {tree} does not descend from {tag}") from None
-    merges = git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree)
-    if merges:
-        raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
-
-    touched = git_out(["diff", "--name-only", "--no-renames", tag, "HEAD"], cwd=tree).splitlines()
-    forbidden = [p for p in touched if p.startswith(FORBIDDEN_PREFIXES)]
+    # Every path a patch will touch, even one a later patch puts back.
+    touched = sorted({path for commit in series_commits(tree, tag) for path in commit.paths()})
+    forbidden = [p for p in touched if p.startswith(OVERWRITTEN_PREFIXES)]
     if forbidden:
         raise SeriesError(
             "the fork must not change paths that the precompiled build overwrites: "

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from vllm_fork import faults
 from vllm_fork.config import Config
-from vllm_fork.errors import ForkError, GitError, PatchFailedError, WorkTreeError
+from vllm_fork.diffs import file_hunks
+from vllm_fork.errors import ForkError, GitError, PatchFailedError, SeriesError, WorkTreeError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.series.patches import load_series
@@ -82,39 +83,20 @@ def am_env() -> dict[str, str]:
     )
 
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def patch_hunks(patch: Path) -> dict[str, list[tuple[int, int, str]]]:
-    """Per file of a patch: (old start, old length, hunk header) of each hunk."""
-    hunks: dict[str, list[tuple[int, int, str]]] = {}
-    current: str | None = None
-    for line in patch.read_text(errors="replace").splitlines():
-        if line.startswith("diff --git "):
-            current = None
-        elif line.startswith("--- "):
-            old = line[4:]
-            current = old[2:] if old.startswith("a/") else None
-        elif line.startswith("+++ ") and current is None:
-            new = line[4:]
-            current = new[2:] if new.startswith("b/") else new
-        elif current is not None and (m := _HUNK.match(line)):
-            length = int(m.group(2)) if m.group(2) is not None else 1
-            hunks.setdefault(current, []).append((int(m.group(1)), length, line))
-    return hunks
-
-
 def explain_failure(tree: Path, patch: Path) -> list[str]:
     """Which files and hunks of ``patch`` do not apply to the tree's current state."""
     proc = run_git(["apply", "--check", "-v", patch], cwd=tree, check=False)
     text = proc.stderr.decode(errors="replace")
-    hunks = patch_hunks(patch)
+    try:
+        hunks = file_hunks(patch.read_text(errors="replace"), patch.name)
+    except SeriesError:  # a malformed patch: git's own lines below still say where
+        hunks = {}
     problems: list[str] = []
     for line in text.splitlines():
         m = re.match(r"error: patch failed: (.+):(\d+)$", line)
         if m:
             path, start = m.group(1), int(m.group(2))
-            headers = [h for s, _, h in hunks.get(path, []) if s == start]
+            headers = [h.header for h in hunks.get(path, []) if h.old_start == start]
             where = headers[0] if headers else f"line {start}"
             problems.append(f"{path}: hunk {where} does not apply")
             continue
