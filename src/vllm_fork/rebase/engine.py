@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork import faults
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
@@ -407,6 +408,7 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
         state.next += 1
         state.expect_head = _head(tree)
         save_state(git_dir, state)
+        faults.point("rebase.pick")
     state.phase = FINISHING
     save_state(git_dir, state)
 
@@ -440,7 +442,9 @@ def _step_finish(
             Path(state.series_dir), [old_series / a.patch for a in absorbed]
         )
         save_state(git_dir, state)
-    exported = export(config, tree)
+    faults.point("rebase.finish")
+    # The rebase replaces the onto series on purpose (absorbed patches are recorded below).
+    exported = export(config, tree, force=True)
     write_series_history(Path(state.series_dir), state.onto_version, absorbed)
     updated = []
     for entry in absorbed:

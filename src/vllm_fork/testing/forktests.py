@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.changes.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.errors import ForkError, WorkTreeError
 from vllm_fork.git import run_git
 from vllm_fork.tree.commits import series_commits
 
-JUDGED_PARTS = ("change", "hardening")
 SIM_PLUGIN = "tests/rocm/sim/plugin.py"
 
 
@@ -75,7 +75,7 @@ class FailProof:
     @property
     def verdict(self) -> str:
         if self.without is None:
-            return "pins upstream behaviour" if self.patch.part == "tests" else "not judged"
+            return "pins upstream behaviour" if self.patch.part == PART_TESTS else "not judged"
         if self.without.red:
             return "fails without the patch"
         if self.without.passed == 0:
