@@ -271,12 +271,14 @@ def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -
         upstream = record_hashes(up)
     if tree is not None:
         return _audit(config, wheel_path, upstream_path, mode, fork, upstream, tree, version)
+    from vllm_fork.build.builder import work_root
     from vllm_fork.tree.materialize import materialize
 
-    with tempfile.TemporaryDirectory(prefix="audit-", dir=config.cache_dir) as tmp:
+    work_root(config).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="audit-", dir=work_root(config)) as tmp:
         scratch = Path(tmp) / "tree"
         log.info(f"materializing vLLM {version} + series to audit {wheel_path.name}")
-        materialize(config, version, scratch)
+        materialize(config, version, scratch, internal=True)
         return _audit(config, wheel_path, upstream_path, mode, fork, upstream, scratch, version)
 
 
