@@ -164,6 +164,7 @@ def make_plan(
             plat_name=prep.plat_name,
             upstream_wheel=upstream_wheel,
             full=req.full if req.mode == "full" else None,
+            offline=config.offline,
         )
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -268,6 +269,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         )
         if aligned:
             record["base"]["from_upstream_wheel"] = aligned
+        record["build"]["offline"] = config.offline
         write_into_tree(tree, record)
         # setuptools-scm lists the package files from git: the record must be in the index.
         run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
