@@ -79,6 +79,7 @@ class BuildRequest:
     plat_name: str | None = None
     full: FullOptions = field(default_factory=FullOptions)
     keep_tree: bool = False
+    signing_key: Path | None = None  # Ed25519 PEM: sign the provenance statement
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,9 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             )
         target = out_dir / built.name
         shutil.move(built, target)
+        from vllm_fork.deploy import after_build
+
+        after_build(config, target, record, python=python, tree=tree, signing_key=req.signing_key)
         return BuildResult(target, prep.version, time.monotonic() - start, build_seconds)
     except BuildFailed:
         keep = True
