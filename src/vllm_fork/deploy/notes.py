@@ -25,7 +25,7 @@ def change_states(record: dict[str, Any]) -> dict[str, str]:
             extra = sorted(kinds - {"change"})
             states[change] = "carried by the fork" + (f" (+ {', '.join(extra)})" if extra else "")
         else:
-            states[change] = f"upstream in the base; the fork adds {', '.join(sorted(kinds))}"
+            states[change] = f"{', '.join(sorted(kinds))} only (no change patch)"
     return states
 
 

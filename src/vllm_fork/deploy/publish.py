@@ -14,6 +14,8 @@ different file under the same name is an error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +144,9 @@ def publish(
                 )
             package = PackageFile.from_filename(str(wheel), None)
             log.info(f"uploading {wheel.name} to {_host(upload_url)}")
-            resp = repo.upload(package)
+            with contextlib.redirect_stdout(io.StringIO()) as said:  # twine prints progress
+                resp = repo.upload(package)
+            log.debug(said.getvalue().strip())
             if resp.is_redirect:
                 raise PublishError(f"{_host(upload_url)} redirected the upload: wrong URL?")
             try:
