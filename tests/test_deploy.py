@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vllm_fork.build.verify import verify_wheel
+from vllm_fork.changes import registry
 from vllm_fork.cli.main import main
 from vllm_fork.deploy import file_sha256, sidecar, write_release_files
 from vllm_fork.deploy.attestation import SUFFIX as PROV
@@ -191,26 +192,40 @@ def test_release_notes(series_repo: ForkRepo, tmp_path: Path) -> None:
     previous = json.loads(json.dumps(record))
     previous["version"] = f"{FAKE_VERSION}+hardened.0"
     previous["series"]["patches"] = []
+    gate = registry.get("ar-rms-pack-gate")
+    item = gate.hardening[0]
     findings = {
-        "ar-rms-pack-gate": Finding("present", "gate by pack", {"two-stage-switch": False}),
+        "ar-rms-pack-gate": Finding("present", "gate by pack", {item.id: False}),
+        "dsv32-decode": Finding("absent", "no metadata cache"),
+    }
+    base = {
+        "ar-rms-pack-gate": Finding("absent", "whitelist gate"),
         "dsv32-decode": Finding("absent", "no metadata cache"),
     }
     text = make_notes(
-        record, wheel_name="w.whl", wheel_sha256="ab" * 32, previous=previous, findings=findings
+        record,
+        wheel_name="w.whl",
+        wheel_sha256="ab" * 32,
+        previous=previous,
+        findings=findings,
+        base_findings=base,
     )
     print(text)
     patch = record["series"]["patches"][0]
     assert text.startswith(f"# vLLM {record['version']} (hardened fork)\n")
     assert f"- **Base**: vLLM {FAKE_VERSION}" in text
+    assert f"- **Wheel**: `w.whl` (sha256 `{'ab' * 32}`)" in text
+    # the state rule on the probes of base and built tree
     assert (
-        f"| ar-rms-pack-gate | carried by the fork | present: gate by pack | "
+        f"| ar-rms-pack-gate: {gate.title} | carried (gate by pack) | carried | "
         f"{patch['upstream_pr']} |" in text
     )
-    assert "| dsv32-decode | not in the series | absent: no metadata cache | - |" in text
-    assert "- ar-rms-pack-gate: two-stage-switch (no)" in text
+    assert "| dsv32-decode: " in text and "| missing (no metadata cache) | none |" in text
+    assert f"- ar-rms-pack-gate / {item.id}: {item.description} (not in this build)" in text
+    assert f"| `{patch['file']}` | ar-rms-pack-gate | change | `{patch['sha256'][:16]}` |" in text
     assert f"Compared with {FAKE_VERSION}+hardened.0:" in text
     assert f"- added `{patch['file']}` (ar-rms-pack-gate, change)" in text
-    assert "- ar-rms-pack-gate: not in the series -> carried by the fork" in text
+    assert "- ar-rms-pack-gate: not in the series -> carried" in text
     # written beside the wheel by the build, comparing with the older wheel beside it
     older = fork_wheel(tmp_path, previous, version=previous["version"])
     wheel = released(series_repo, tmp_path)

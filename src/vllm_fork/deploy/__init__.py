@@ -74,6 +74,7 @@ def write_release_files(
     sdist_url: str | None = None,
     signing_key: Path | None = None,
     findings: dict[str, Any] | None = None,
+    base_findings: dict[str, Any] | None = None,
     previous: dict[str, Any] | None = None,
 ) -> ReleaseFiles:
     """Write the SBOM, the provenance statement and the release notes beside ``wheel``."""
@@ -105,7 +106,12 @@ def write_release_files(
         previous = previous_record(wheel)
     files.notes.write_text(
         notes.make_notes(
-            record, wheel_name=wheel.name, wheel_sha256=digest, previous=previous, findings=findings
+            record,
+            wheel_name=wheel.name,
+            wheel_sha256=digest,
+            previous=previous,
+            findings=findings,
+            base_findings=base_findings,
         ),
         encoding="utf-8",
     )
@@ -206,6 +212,7 @@ def after_build(
     signing_key: Path | None = None,
 ) -> ReleaseFiles:
     """The build's hook: SBOM, provenance and notes beside the finished wheel."""
+    from vllm_fork.build.smoke import _base_findings
     from vllm_fork.probes import DirTree, probe_all
 
     return write_release_files(
@@ -215,4 +222,5 @@ def after_build(
         sdist_url=sdist_source_url(config, record["base"]["sdist"]["filename"]),
         signing_key=signing_key,
         findings=probe_all(DirTree(tree)),
+        base_findings=_base_findings(config, record["base"]["version"]),
     )

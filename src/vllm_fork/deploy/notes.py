@@ -1,7 +1,9 @@
 """Release notes (Markdown) of a fork build, ready to paste into an announcement.
 
-Everything comes from the wheel's provenance record (changes, parts, upstream
-PRs, patches) and the probes' table of hardening items; "what changed" compares
+The patches, their changes, parts and upstream PRs come from the wheel's
+provenance record; titles and hardening items from the change registry; each
+change's state from the state rule applied to the probes of the pristine base
+and of the built tree (when the build gives them). "What changed" compares
 with the record of the previous fork version of the same base.
 """
 
@@ -9,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_fork.probes import HARDENING
+from vllm_fork.changes import registry
+from vllm_fork.changes.state import CARRIED, LEGEND, carries, decide
 
 SUFFIX = ".notes.md"
 
@@ -21,11 +24,11 @@ def change_states(record: dict[str, Any]) -> dict[str, str]:
         parts.setdefault(p["change"], set()).add(p.get("part", "change"))
     states = {}
     for change, kinds in parts.items():
-        if "change" in kinds:
+        if carries(kinds):
             extra = sorted(kinds - {"change"})
-            states[change] = "carried by the fork" + (f" (+ {', '.join(extra)})" if extra else "")
+            states[change] = CARRIED + (f" (+ {', '.join(extra)})" if extra else "")
         else:
-            states[change] = f"{', '.join(sorted(kinds))} only (no change patch)"
+            states[change] = f"{', '.join(sorted(kinds))} only"
     return states
 
 
@@ -62,8 +65,10 @@ def make_notes(
     wheel_sha256: str,
     previous: dict[str, Any] | None = None,
     findings: dict[str, Any] | None = None,
+    base_findings: dict[str, Any] | None = None,
 ) -> str:
-    """The notes; ``findings``: the probes' findings on the built tree (change -> Finding)."""
+    """The notes; ``findings``/``base_findings``: the probes' findings (change -> Finding)
+    on the built tree and on the pristine base."""
     base = record["base"]
     build = record["build"]
     patches = record["series"]["patches"]
@@ -83,27 +88,35 @@ def make_notes(
         "",
         "## Changes",
         "",
-        "| change | in the series | probed in the built sources | upstream PR |",
+        "| change | state | fork patches | upstream PR |",
         "| --- | --- | --- | --- |",
     ]
-    states = change_states(record)
-    changes = list(states) + [c for c in (findings or {}) if c not in states]
-    for change in changes:
-        found = findings.get(change) if findings else None
-        probed = f"{found.state}: {found.reason}" if found else "-"
-        series_state = states.get(change, "not in the series")
-        out.append(f"| {change} | {series_state} | {probed} | {prs.get(change, '-')} |")
-    out += ["", "## Hardening items", ""]
-    for change in changes:
-        items = HARDENING.get(change, ())
-        if not items:
-            continue
-        found = findings.get(change) if findings else None
-        marks = [
-            f"{item} ({'yes' if found.hardening.get(item) else 'no'})" if found else item
-            for item in items
-        ]
-        out.append(f"- {change}: {', '.join(marks)}")
+    in_series = change_states(record)
+    parts: dict[str, list[str]] = {}
+    for patch in patches:
+        parts.setdefault(patch["change"], []).append(patch.get("part", "change"))
+    for change in registry.changes():
+        found = (findings or {}).get(change.id)
+        base_found = (base_findings or {}).get(change.id)
+        if found is not None and base_found is not None:
+            state = decide(base_found.state, parts.get(change.id, ()), patched=found.state)
+            state += f" ({found.reason})"
+        else:
+            state = CARRIED if carries(parts.get(change.id, ())) else "not judged (no probes)"
+        pr = prs.get(change.id, registry.PR_URL + str(change.pr))
+        out.append(
+            f"| {change.id}: {change.title} | {state} | {in_series.get(change.id, 'none')} | {pr} |"
+        )
+    out += ["", "States: " + LEGEND.replace("\n", " "), "", "## Hardening items", ""]
+    for change in registry.changes():
+        found = (findings or {}).get(change.id)
+        for item in change.hardening:
+            mark = ""
+            if found is not None:
+                mark = (
+                    " (in this build)" if found.hardening.get(item.id) else " (not in this build)"
+                )
+            out.append(f"- {change.id} / {item.id}: {item.description}{mark}")
     out += ["", "## Patches", "", "| patch | change | part | sha256 |", "| --- | --- | --- | --- |"]
     for p in patches:
         out.append(
