@@ -34,7 +34,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def index_server(root: Path) -> Iterator[IndexServer]:
+def index_server(root: Path, hash_algo: str = "sha256") -> Iterator[IndexServer]:
     from passlib.apache import HtpasswdFile
 
     packages = root / "packages"
@@ -46,7 +46,7 @@ def index_server(root: Path) -> Iterator[IndexServer]:
     log = open(root / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port)]
-        + ["-P", str(root / "htpasswd"), "-a", "update", "--hash-algo", "sha256", str(packages)],
+        + ["-P", str(root / "htpasswd"), "-a", "update", "--hash-algo", hash_algo, str(packages)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -115,6 +115,26 @@ def test_publish_refuses_a_different_file_of_the_same_name(
     assert (server.packages / first.name).read_bytes() == first.read_bytes()
 
 
+def test_publish_index_without_sha256_digests(
+    series_repo: ForkRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index that lists md5 only: the file there is downloaded and hashed."""
+    monkeypatch.setenv("TWINE_USERNAME", USER)
+    monkeypatch.setenv("TWINE_PASSWORD", PASSWORD)
+    with index_server(tmp_path / "index", hash_algo="md5") as srv:
+        first = released(series_repo, tmp_path / "a")
+        assert [d.action for d in publish(series_repo.config, [first], srv.url)] == ["uploaded"]
+        again = publish(series_repo.config, [first], srv.url)
+        assert [d.action for d in again] == ["already there"]
+        (tmp_path / "b").mkdir()
+        second = fork_wheel(tmp_path / "b", record_for(series_repo))
+        with open(second, "ab") as fh:
+            fh.write(b"\0")
+        write_release_files(second, record_for(series_repo), ENV)
+        with pytest.raises(PublishError, match="already has a different"):
+            publish(series_repo.config, [second], srv.url)
+
+
 def test_publish_bad_credentials(
     series_repo: ForkRepo, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

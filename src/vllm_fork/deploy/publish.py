@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import logging
 from dataclasses import dataclass
@@ -79,8 +80,10 @@ def _http_error(exc: requests.HTTPError, url: str, action: str) -> PublishError:
     return PublishError(f"{_host(url)} answered HTTP {status} {reason} while {action}")
 
 
-def index_files(session: requests.Session, index: str, project: str) -> dict[str, str | None]:
-    """filename -> sha256 (None when the index gives none) of ``project`` on ``index``."""
+def index_files(
+    session: requests.Session, index: str, project: str
+) -> dict[str, tuple[str | None, str]]:
+    """filename -> (sha256 or None when the index gives none, URL) of ``project`` on ``index``."""
     from pypi_simple import NoSuchProjectError, PyPISimple
 
     client = PyPISimple(endpoint=index, session=session)
@@ -88,7 +91,17 @@ def index_files(session: requests.Session, index: str, project: str) -> dict[str
         page = client.get_project_page(project)
     except NoSuchProjectError:
         return {}
-    return {p.filename: (p.digests or {}).get("sha256") for p in page.packages}
+    return {p.filename: ((p.digests or {}).get("sha256"), p.url) for p in page.packages}
+
+
+def remote_sha256(session: requests.Session, url: str) -> str:
+    """Download ``url`` and hash it (for an index that gives no sha256)."""
+    h = hashlib.sha256()
+    with session.get(url, stream=True, timeout=60) as resp:
+        resp.raise_for_status()
+        for block in resp.iter_content(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def publish(
@@ -132,7 +145,9 @@ def publish(
             except requests.HTTPError as exc:
                 raise _http_error(exc, index, "reading the index") from None
             if wheel.name in present:
-                there = present[wheel.name]
+                there, url = present[wheel.name]
+                if there is None:
+                    there = remote_sha256(repo.session, url)
                 if there == digest:
                     log.info(f"{wheel.name} is already on {_host(index)} (same sha256)")
                     done.append(Published(wheel, "already there"))
