@@ -224,6 +224,10 @@ def _run_logged(plan: BuildPlan, log: Path) -> str:
 def build(config: Config, req: BuildRequest) -> BuildResult:
     start = time.monotonic()
     prep = prepare(config, req)
+    if req.signing_key is not None:  # a bad key fails now, not after the build
+        from vllm_fork.deploy.attestation import load_private_key
+
+        load_private_key(req.signing_key)
     if req.mode == "full":
         missing = check_sources(req.full)
         if missing:
