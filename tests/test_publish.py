@@ -8,6 +8,8 @@ goes through the same path in test_deploy_e2e.py.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -176,3 +178,26 @@ def test_publish_unreachable_index(
 def test_publish_missing_file(series_repo: ForkRepo, tmp_path: Path) -> None:
     with pytest.raises(PublishError, match="no such file"):
         publish(series_repo.config, [tmp_path / "none.whl"], "http://127.0.0.1:1/")
+
+
+def test_release_notes_since_the_previous_published_version(
+    series_repo: ForkRepo, server: IndexServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = record_for(series_repo)
+    old = json.loads(json.dumps(record))
+    old["version"] = old_version = VERSION.replace("hardened.1", "hardened.0")
+    old["series"]["patches"] = []
+    (tmp_path / "old").mkdir()
+    # an older fork version already on the index (put there as an earlier publish did)
+    fork_wheel(tmp_path / "old", old, version=old_version)
+    for f in (tmp_path / "old").iterdir():
+        shutil.copy(f, server.packages / f.name)
+    wheel = released(series_repo, tmp_path / "d")
+    assert main(["release-notes", str(wheel), "--index-url", server.simple]) == 0
+    out = capsys.readouterr().out
+    assert f"Compared with {old_version}:" in out
+    assert f"- added `{record['series']['patches'][0]['file']}`" in out
+    # none older there: said so
+    (server.packages / next((tmp_path / "old").iterdir()).name).unlink()
+    assert main(["release-notes", str(wheel), "--index-url", server.simple]) == 0
+    assert "First fork version of vLLM" in capsys.readouterr().out

@@ -58,6 +58,12 @@ def notes_args(p: argparse.ArgumentParser) -> None:
         help="the previous published fork wheel of the same base (default: the newest "
         "older one beside WHEEL)",
     )
+    p.add_argument(
+        "--index-url",
+        metavar="URL",
+        help="take the previous fork version of the same base from this simple index "
+        "(the newest older one published there)",
+    )
 
 
 def notes_run(args: argparse.Namespace, config: Config) -> int:
@@ -75,7 +81,14 @@ def notes_run(args: argparse.Namespace, config: Config) -> int:
             raise UsageError(f"{path}: not a fork wheel with a provenance record ({exc})") from None
 
     record = record_of(args.wheel)
-    previous = record_of(args.previous) if args.previous else previous_record(args.wheel)
+    if args.previous:
+        previous = record_of(args.previous)
+    elif args.index_url:
+        from vllm_fork.deploy.publish import previous_published
+
+        previous = previous_published(record["version"], args.index_url)
+    else:
+        previous = previous_record(args.wheel)
     print(
         make_notes(
             record,

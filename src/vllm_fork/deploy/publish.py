@@ -20,6 +20,7 @@ import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import requests
@@ -184,3 +185,46 @@ def publish(
     finally:
         repo.close()
     return done
+
+
+def previous_published(
+    version: str, index: str, *, session: requests.Session | None = None
+) -> dict[str, Any] | None:
+    """The provenance record of the newest fork version of the same base older than
+    ``version`` on ``index`` (its wheel is downloaded), or None when there is none."""
+    import tempfile
+
+    from packaging.utils import parse_wheel_filename
+
+    from vllm_fork.build.wheelfile import Wheel
+    from vllm_fork.provenance import PACKAGE_PATH, loads
+    from vllm_fork.series.forkversion import check_fork_version
+
+    session = session or requests.Session()
+    base, revision = check_fork_version(version)
+    best: tuple[int, str, str] | None = None
+    try:
+        files = index_files(session, index, "vllm")
+        for name, (_, url) in files.items():
+            if not name.endswith(".whl"):
+                continue
+            try:
+                b, r = check_fork_version(str(parse_wheel_filename(name)[1]))
+            except (ForkError, ValueError):
+                continue
+            if b == base and r < revision and (best is None or r > best[0]):
+                best = (r, name, url)
+        if best is None:
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / best[1]
+            with session.get(best[2], stream=True, timeout=60) as resp, open(path, "wb") as fh:
+                resp.raise_for_status()
+                for block in resp.iter_content(1 << 20):
+                    fh.write(block)
+            with Wheel(path) as wheel:
+                return loads(wheel.read(PACKAGE_PATH))
+    except requests.ConnectionError as exc:
+        raise PublishError(f"cannot reach the index {_host(index)}: {type(exc).__name__}") from None
+    except requests.HTTPError as exc:
+        raise _http_error(exc, index, "reading the previous fork version") from None
