@@ -180,6 +180,10 @@ def publish(
         raise PublishError(
             f"cannot reach the index {_host(upload_url)}: {type(exc).__name__}"
         ) from None
+    except requests.RequestException as exc:  # timeouts, too many redirects...
+        raise PublishError(
+            f"talking to the index {_host(upload_url)} failed: {type(exc).__name__}"
+        ) from None
     except TwineException as exc:
         raise PublishError(f"twine: {exc}".splitlines()[0]) from None
     finally:
