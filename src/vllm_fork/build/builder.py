@@ -82,6 +82,7 @@ class BuildRequest:
     plat_name: str | None = None
     full: FullOptions = field(default_factory=FullOptions)
     keep_tree: bool = False
+    signing_key: Path | None = None  # Ed25519 PEM: sign the provenance statement
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ def _run_logged(plan: BuildPlan, log: Path) -> str:
 def build(config: Config, req: BuildRequest) -> BuildResult:
     start = time.monotonic()
     prep = prepare(config, req)
+    if req.signing_key is not None:  # a bad key fails now, not after the build
+        from vllm_fork.deploy.attestation import load_private_key
+
+        load_private_key(req.signing_key)
     if req.mode == "full":
         missing = check_sources(req.full)
         if missing:
@@ -300,6 +305,9 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             )
         target = out_dir / built.name
         shutil.move(built, target)
+        from vllm_fork.deploy import after_build
+
+        after_build(config, target, record, python=python, tree=tree, signing_key=req.signing_key)
         return BuildResult(target, prep.version, time.monotonic() - start, build_seconds)
     except BuildFailed:
         keep = True
