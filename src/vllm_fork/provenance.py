@@ -19,7 +19,7 @@ import hashlib
 import importlib.util
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +62,29 @@ def patch_entries(series: Series) -> list[dict[str, Any]]:
                 "upstream_pr": upstream_pr(header.change, header.origin),
                 "sha256": sha256_bytes(data),
                 "paths": touched_paths(data.decode("utf-8", errors="replace")),
+                "build": header.build,
             }
         )
     return entries
+
+
+def left_out_entries(series: Series, left_out: Collection[str]) -> list[dict[str, Any]]:
+    """One entry per patch the build left out (``Fork-Build: full`` in a precompiled build)."""
+    return [
+        {
+            "file": path.name,
+            "change": header.change,
+            "build": header.build,
+            "sha256": sha256_bytes(path.read_bytes()),
+        }
+        for path, header in zip(series.patches, series.headers, strict=True)
+        if path.name in left_out
+    ]
+
+
+def left_out_files(record: dict[str, Any]) -> list[str]:
+    """The file names of the patches a wheel's build left out (none for older records)."""
+    return [p["file"] for p in record.get("series", {}).get("left_out", [])]
 
 
 def make_record(
@@ -76,8 +96,11 @@ def make_record(
     mode: str,
     device: str,
     tool_version: str,
+    left_out: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The record for a build of ``base`` + ``series`` (upstream wheel only when reused)."""
+    """The record for a build of ``base`` + ``series`` (upstream wheel only when reused);
+    ``left_out``: file names of the series' patches the build leaves out. ``patches``
+    lists what the wheel holds, ``left_out`` what it lacks (each with its change id)."""
     wheel = None
     if mode == "precompiled" and base.wheel is not None:
         wheel = {"filename": base.wheel.filename, "sha256": base.wheel.sha256}
@@ -91,7 +114,11 @@ def make_record(
             "upstream_wheel": wheel,
         },
         "build": {"mode": mode, "device": device},
-        "series": {"revision": revision, "patches": patch_entries(series)},
+        "series": {
+            "revision": revision,
+            "patches": patch_entries(series.without(left_out)),
+            "left_out": left_out_entries(series, left_out),
+        },
     }
 
 
@@ -175,6 +202,12 @@ def format_record(record: dict[str, Any], source: str | None = None) -> str:
         lines.append(
             f"  {p['file']}  [{p['change']}/{p['part']}]  {p['upstream_pr'] or '-'}  "
             f"sha256 {p['sha256'][:16]}"
+            + ("  (full build only)" if p.get("build") == "full" else "")
+        )
+    for p in record["series"].get("left_out", []):
+        lines.append(
+            f"  left out: {p['file']}  [{p['change']}]  Fork-Build: {p['build']} "
+            "(not in this build: a precompiled wheel cannot carry it)"
         )
     return "\n".join(lines)
 

@@ -30,7 +30,7 @@ import csv
 import io
 import logging
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from vllm_fork.build.wheelfile import Wheel, record_digest
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.git import run_git
-from vllm_fork.provenance import PACKAGE_PATH, loads
+from vllm_fork.provenance import PACKAGE_PATH, left_out_files, loads
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, load_pins
@@ -198,14 +198,19 @@ def sdist_wheel_disagreements(
     return {p: data for p, data in sdist.items() if record_digest(data) != upstream[p]}
 
 
-def _patched_paths(tree: Path, version: str, config: Config) -> dict[str, list[str]]:
-    """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes."""
-    series = load_series(config.series_dir(version))
+def _patched_paths(
+    tree: Path, version: str, config: Config, left_out: Collection[str] = ()
+) -> dict[str, list[str]]:
+    """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes
+    (less the patches the build left out, as its provenance record lists them)."""
+    series = load_series(config.series_dir(version)).without(left_out)
     commits = series_commits(tree)
     if len(commits) != len(series.patches):
         raise AuditError(
             f"{tree} has {len(commits)} series commit(s), series/{version} has "
-            f"{len(series.patches)} patch(es): not a materialization of the current series"
+            f"{len(series.patches)} patch(es)"
+            + (f" less {len(left_out)} left out" if left_out else "")
+            + ": not a materialization of the current series"
         )
     out: dict[str, list[str]] = {}
     for patch, commit in zip(series.patches, commits, strict=True):
@@ -262,6 +267,7 @@ def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -
             record = loads(wheel.read(PACKAGE_PATH))
             version = record["base"]["version"]
             mode = record["build"]["mode"]
+            left_out = left_out_files(record)
         except (ValueError, KeyError, TypeError) as exc:
             raise AuditError(f"{wheel_path.name}: unreadable provenance record ({exc})") from None
         fork = record_hashes(wheel)
@@ -270,16 +276,24 @@ def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)
     if tree is not None:
-        return _audit(config, wheel_path, upstream_path, mode, fork, upstream, tree, version)
+        return _audit(
+            config, wheel_path, upstream_path, mode, fork, upstream, tree, version, left_out
+        )
     from vllm_fork.build.builder import work_root
     from vllm_fork.tree.materialize import materialize
 
     work_root(config).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="audit-", dir=work_root(config)) as tmp:
         scratch = Path(tmp) / "tree"
-        log.info(f"materializing vLLM {version} + series to audit {wheel_path.name}")
-        materialize(config, version, scratch, internal=True)
-        return _audit(config, wheel_path, upstream_path, mode, fork, upstream, scratch, version)
+        log.info(
+            f"materializing vLLM {version} + series"
+            + (f" less {', '.join(left_out)}" if left_out else "")
+            + f" to audit {wheel_path.name}"
+        )
+        materialize(config, version, scratch, internal=True, exclude=left_out)
+        return _audit(
+            config, wheel_path, upstream_path, mode, fork, upstream, scratch, version, left_out
+        )
 
 
 def _upstream_wheel(config: Config, base: Base) -> Path:
@@ -299,10 +313,11 @@ def _audit(
     upstream: dict[str, str],
     tree: Path,
     version: str,
+    left_out: Collection[str] = (),
 ) -> AuditReport:
     from vllm_fork.tree.materialize import BRANCH
 
-    patched = _patched_paths(tree, version, config)
+    patched = _patched_paths(tree, version, config, left_out)
     expected = _blobs(tree, BRANCH, patched)
     report = AuditReport(wheel_path.name, upstream_path.name, mode)
     report.compared = len(set(fork) | set(upstream))
@@ -325,7 +340,9 @@ def _audit(
     return report
 
 
-def align_with_upstream_wheel(config: Config, tree: Path, base: Base) -> list[str]:
+def align_with_upstream_wheel(
+    config: Config, tree: Path, base: Base, *, left_out: Collection[str] = ()
+) -> list[str]:
     """The precompiled build's policy for files upstream's sdist and wheel disagree on.
 
     Upstream's wheel version of each such file replaces the sdist version in
@@ -338,7 +355,7 @@ def align_with_upstream_wheel(config: Config, tree: Path, base: Base) -> list[st
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)
         disagree = sdist_wheel_disagreements(tree, base.version, upstream)
-        patched = _patched_paths(tree, base.version, config)
+        patched = _patched_paths(tree, base.version, config, left_out)
         touched = sorted(p for p in disagree if p in patched)
         if touched:
             raise AuditError(

@@ -34,7 +34,7 @@ from vllm_fork.build.env import (
 )
 from vllm_fork.build.options import check_sources
 from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build
-from vllm_fork.build.rules import precompiled_conflicts, refusal_message
+from vllm_fork.build.rules import left_out_of, precompiled_conflicts, refusal_message
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, UsageError
@@ -112,6 +112,7 @@ class Prepared:
     revision: int
     version: str
     plat_name: str | None
+    left_out: tuple[str, ...] = ()  # patch files this build leaves out (Fork-Build: full)
 
 
 def prepare(config: Config, req: BuildRequest) -> Prepared:
@@ -119,14 +120,21 @@ def prepare(config: Config, req: BuildRequest) -> Prepared:
     base = load_pins(config.bases_file).get(req.base)
     series = load_series(config.series_dir(base.version))
     revision = series_revision(series.directory, len(series.patches))
-    version = fork_version(base.version, revision)
+    left_out = tuple(h.file for h in left_out_of(series, req.mode))
+    version = fork_version(base.version, revision, left_out=bool(left_out))
+    if left_out:
+        log.warning(
+            f"a {req.mode} build leaves out the full-build-only patch(es) "
+            + ", ".join(f"{h.file} ({h.change})" for h in left_out_of(series, req.mode))
+            + f": the wheel is {version} and lacks them (--mode full includes them)"
+        )
     if req.mode == "precompiled":
         if req.device != "cuda":
             raise UsageError(
                 "precompiled mode reuses upstream's CUDA wheel: use --device cuda, or "
                 "--mode full --device rocm on a build host"
             )
-        conflicts = precompiled_conflicts(series.patches)
+        conflicts = precompiled_conflicts(series.without(left_out).patches)
         if conflicts:
             raise BuildRefused(refusal_message(base.version, conflicts))
         if base.wheel is None:
@@ -137,7 +145,9 @@ def prepare(config: Config, req: BuildRequest) -> Prepared:
     plat = req.plat_name or upstream_platform(base)
     if req.mode != "empty" and plat is None:
         raise UsageError(f"no upstream wheel pinned for {base.version}: pass --plat-name")
-    return Prepared(base, series, revision, version, plat if req.mode != "empty" else None)
+    return Prepared(
+        base, series, revision, version, plat if req.mode != "empty" else None, left_out
+    )
 
 
 def make_plan(
@@ -181,9 +191,11 @@ def dry_run(config: Config, req: BuildRequest) -> str:
     )
     env = dict(plan.set_env, SOURCE_DATE_EPOCH="<HEAD-commit-time>")
     plan = replace(plan, set_env=env)
+    kept = len(prep.series.patches) - len(prep.left_out)
     text = [
-        f"# vLLM {prep.base.version} + {len(prep.series.patches)} patch(es) -> "
+        f"# vLLM {prep.base.version} + {kept} patch(es) -> "
         f"vllm-{prep.version} ({req.mode}, {req.device})",
+        *(f"# left out (Fork-Build: full): {name}" for name in prep.left_out),
         "# the tree is a fresh `materialize` of the base and its series; SOURCE_DATE_EPOCH "
         "is set to its HEAD commit time",
         plan.render(os.environ),
@@ -254,15 +266,15 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
 
         tree = work / "src"
         log.info(
-            f"materializing vLLM {prep.base.version} + {len(prep.series.patches)} patch(es) "
-            f"into {tree}"
+            f"materializing vLLM {prep.base.version} + "
+            f"{len(prep.series.patches) - len(prep.left_out)} patch(es) into {tree}"
         )
-        materialize(config, prep.base.version, tree, internal=True)
+        materialize(config, prep.base.version, tree, internal=True, exclude=prep.left_out)
         aligned: list[str] = []
         if req.mode == "precompiled":
             assert prep.base.wheel is not None
             Fetcher(config).ensure(prep.base.wheel)
-            aligned = align_with_upstream_wheel(config, tree, prep.base)
+            aligned = align_with_upstream_wheel(config, tree, prep.base, left_out=prep.left_out)
         record = make_record(
             base=prep.base,
             series=prep.series,
@@ -271,6 +283,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             mode=req.mode,
             device=req.device,
             tool_version=__version__,
+            left_out=prep.left_out,
         )
         if aligned:
             record["base"]["from_upstream_wheel"] = aligned

@@ -5,6 +5,10 @@ Python packages) from upstream's wheel of the same version. A patch that
 changes a file compiled into those binaries, or a path the build overwrites
 from the wheel, would silently be dropped from the result, so such a series
 must be built with ``--mode full`` on a build host.
+
+A patch marked ``Fork-Build: full`` is the exception: a precompiled build
+leaves it out (the build tree is materialized without it) and says so in the
+wheel's version label and provenance record, instead of refusing the series.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.diffs import touched_paths
+from vllm_fork.series.patches import PatchHeader, Series
 
 # Sources compiled into the upstream binaries.
 COMPILED_PREFIXES = ("csrc/", "cmake/")
@@ -30,6 +35,12 @@ def precompiled_reason(path: str) -> str | None:
     if path.startswith(OVERWRITTEN_PREFIXES):
         return "overwritten from upstream's wheel by the precompiled build"
     return None
+
+
+def left_out_of(series: Series, mode: str) -> tuple[PatchHeader, ...]:
+    """The patches a build of ``mode`` leaves out: those marked ``Fork-Build: full``
+    in a precompiled build, none otherwise."""
+    return series.full_build_only() if mode == "precompiled" else ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,8 @@ def refusal_message(version: str, conflicts: list[Conflict]) -> str:
         lines.append(f"  {c.patch}: {c.path} ({c.reason})")
     lines.append(
         "Build this series with `vllm-fork build --mode full --device cuda|rocm` on a build "
-        "host with the GPU toolchain (or in a container from docker/Dockerfile.rocm)."
+        "host with the GPU toolchain (or in a container from docker/Dockerfile.rocm). "
+        "A patch whose change only a full build can carry, and that no other patch needs, "
+        "may instead be marked `Fork-Build: full` (docs/series-format.md)."
     )
     return "\n".join(lines)

@@ -7,6 +7,9 @@ Checks, each reported as one line:
   and is ``<base>+hardened.<revision of the current series>``;
 - the base is pinned, with the recorded sdist (and upstream wheel) sha256;
 - the recorded patches are the current series: same files, order, headers and sha256;
+  the patches the record says the build left out are exactly those a build of its
+  mode leaves out (``Fork-Build: full`` in a precompiled build), and the version
+  label says so (``.nofull``) exactly when the record lists any;
 - the SBOM and provenance statement beside the wheel (when there, or when required)
   describe this wheel, its record and the pins (:mod:`vllm_fork.deploy`);
 - every member that differs from upstream's wheel is explained (`vllm-fork audit`).
@@ -19,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.build.rules import left_out_of
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
-from vllm_fork.provenance import PACKAGE_PATH, loads, make_record
-from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import load_series
+from vllm_fork.provenance import PACKAGE_PATH, left_out_files, loads, make_record
+from vllm_fork.series.forkversion import NOFULL, fork_version, leaves_out, series_revision
+from vllm_fork.series.patches import BUILD_ANY, load_series
 from vllm_fork.sources.pins import load_pins
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
@@ -72,6 +76,8 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
             for k in ("change", "part", "origin", "upstream_pr", "sha256", "paths")
             if rec.get(k) != exp[k]
         ]
+        if rec.get("build", BUILD_ANY) != exp.get("build", BUILD_ANY):
+            diffs.append("build")
         report.check(
             not diffs,
             f"patch {exp['file']}",
@@ -176,14 +182,17 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
         return
     series = load_series(config.series_dir(base.version))
     revision = series_revision(series.directory, len(series.patches))
+    mode = record.get("build", {}).get("mode", "")
+    left_out = tuple(h.file for h in left_out_of(series, mode))
     expected = make_record(
         base=base,
         series=series,
-        version=fork_version(base.version, revision),
+        version=fork_version(base.version, revision, left_out=bool(left_out)),
         revision=revision,
-        mode=record.get("build", {}).get("mode", ""),
+        mode=mode,
         device=record.get("build", {}).get("device", ""),
         tool_version=record.get("tool", {}).get("version", ""),
+        left_out=left_out,
     )
     report.record, report.expected_base = record, expected["base"]
     report.check(
@@ -198,9 +207,31 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
             "bases.toml",
             f"wheel records {record['base'].get('upstream_wheel')}",
         )
+    recorded_out = left_out_files(record)
+    report.check(
+        leaves_out(version) == bool(recorded_out),
+        f"version label {'says' if recorded_out else 'does not say'} .{NOFULL}, as the "
+        f"provenance's left-out list ({', '.join(recorded_out) or 'none'}) requires",
+        f"wheel is {version}, but its provenance left out {', '.join(recorded_out) or 'nothing'}",
+    )
     report.check(
         version == expected["version"],
-        f"version label matches series revision {revision}",
+        f"version label matches series revision {revision}"
+        + (f" less the full-build-only patch(es) of a {mode} build" if left_out else ""),
         f"wheel is {version}, the current series gives {expected['version']}",
+    )
+    report.check(
+        record["series"].get("left_out", []) == expected["series"]["left_out"],
+        "left-out patches: "
+        + (
+            ", ".join(
+                f"{p['file']} ({p['change']}, not in this build)"
+                for p in expected["series"]["left_out"]
+            )
+            or "none"
+        )
+        + f" (what a {mode} build of the series leaves out)",
+        f"wheel records {recorded_out or 'none'}, a {mode} build of the series leaves out "
+        f"{list(left_out) or 'none'}",
     )
     _compare_patches(report, record["series"].get("patches", []), expected["series"]["patches"])

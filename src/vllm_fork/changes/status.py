@@ -19,7 +19,7 @@ from vllm_fork.config import Config
 from vllm_fork.errors import PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
-from vllm_fork.series.patches import Series, load_series
+from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series, load_series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
@@ -35,6 +35,8 @@ class ChangeStatus:
     reason: str
     patches: tuple[str, ...]
     hardening: dict[str, bool]
+    # every patch carrying it is marked ``Fork-Build: full``: a precompiled wheel lacks it
+    full_build_only: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +44,7 @@ class ChangeStatus:
             "reason": self.reason,
             "patches": list(self.patches),
             "hardening": dict(self.hardening),
+            "full_build_only": self.full_build_only,
         }
 
 
@@ -102,24 +105,32 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
         patched = probe_all(DirTree(tree))
         commits = series_commits(tree, tag)
         names = tuple(c.subject for c in commits)
-        # (name, change, part) of each patch, as committed in the tree
-        patches = [(c.subject, ch, c.part) for c in commits for ch in c.values("Fork-Change")]
+        # (name, change, part, Fork-Build) of each patch, as committed in the tree
+        patches = [
+            (c.subject, ch, c.part, c.get("Fork-Build") or BUILD_ANY)
+            for c in commits
+            for ch in c.values("Fork-Change")
+        ]
     else:
         patched = (
             probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine
         )
         names = tuple(p.name for p in series.patches)
         patches = [
-            (p.name, h.change, h.part) for p, h in zip(series.patches, series.headers, strict=True)
+            (p.name, h.change, h.part, h.build)
+            for p, h in zip(series.patches, series.headers, strict=True)
         ]
     changes = []
     for change in registry.change_ids():
-        mine = [(name, part) for name, c, part in patches if c == change]
+        mine = [(name, part, build) for name, c, part, build in patches if c == change]
         state, reason, hardening = classify(
-            pristine[change], patched[change], [part for _, part in mine]
+            pristine[change], patched[change], [part for _, part, _ in mine]
         )
+        full_only = bool(mine) and all(build == BUILD_FULL for _, _, build in mine)
         changes.append(
-            ChangeStatus(change, state, reason, tuple(name for name, _ in mine), hardening)
+            ChangeStatus(
+                change, state, reason, tuple(name for name, _, _ in mine), hardening, full_only
+            )
         )
     return StatusReport(base.version, names, tuple(changes))
 
@@ -133,6 +144,11 @@ def format_status(report: StatusReport) -> str:
             done = sum(c.hardening.values())
             line += f" [hardening {done}/{len(c.hardening)}]"
         lines.append(line)
+        if c.full_build_only:
+            lines.append(
+                f"  {'':<{width}}  {'':<8}  full build only (Fork-Build: full): "
+                "a precompiled wheel lacks it"
+            )
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from vllm_fork.changes import registry
 from vllm_fork.changes.state import CARRIED, LEGEND, carries, decide
 
 SUFFIX = ".notes.md"
+NOT_IN_BUILD = "not in this build (full build only)"
 
 
 def change_states(record: dict[str, Any]) -> dict[str, str]:
@@ -95,7 +96,15 @@ def make_notes(
     parts: dict[str, list[str]] = {}
     for patch in patches:
         parts.setdefault(patch["change"], []).append(patch.get("part", "change"))
+    left_out = record["series"].get("left_out", [])
+    absent = {p["change"] for p in left_out} - set(parts)
     for change in registry.changes():
+        if change.id in absent:
+            out.append(
+                f"| {change.id}: {change.title} | {NOT_IN_BUILD} | none | "
+                f"{change.pr_url or 'vendor change'} |"
+            )
+            continue
         found = (findings or {}).get(change.id)
         base_found = (base_findings or {}).get(change.id)
         if found is not None and base_found is not None:
@@ -103,12 +112,25 @@ def make_notes(
             state += f" ({found.reason})"
         else:
             state = CARRIED if carries(parts.get(change.id, ())) else "not judged (no probes)"
-        pr = prs.get(change.id, registry.PR_URL + str(change.pr))
+        pr = prs.get(change.id, change.pr_url or "vendor change")
         out.append(
             f"| {change.id}: {change.title} | {state} | {in_series.get(change.id, 'none')} | {pr} |"
         )
-    out += ["", "States: " + LEGEND.replace("\n", " "), "", "## Hardening items", ""]
+    out += ["", "States: " + LEGEND.replace("\n", " ")]
+    if left_out:
+        out += [
+            "",
+            "## Not in this build",
+            "",
+            f"This {build['mode']} build left out the patches that only a full build can "
+            "carry (`Fork-Build: full`); a full build of the same series has them:",
+            "",
+            *(f"- `{p['file']}` ({p['change']}): not in this build" for p in left_out),
+        ]
+    out += ["", "## Hardening items", ""]
     for change in registry.changes():
+        if change.id in absent:
+            continue
         found = (findings or {}).get(change.id)
         for item in change.hardening:
             mark = ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,13 @@ from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
-KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream")
+KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream", "Fork-Build")
+# ``Fork-Build``: which builds can carry the patch. ``full``: only a build that
+# compiles the extensions (a precompiled build leaves the patch out and says so);
+# ``any`` (the default when absent): every build.
+BUILD_FULL = "full"
+BUILD_ANY = "any"
+BUILD_VALUES = (BUILD_FULL, BUILD_ANY)
 
 
 def known_changes() -> tuple[str, ...]:
@@ -57,6 +64,15 @@ class PatchHeader:
     @property
     def forwarded(self) -> str:
         return self.get("Forwarded") or ""
+
+    @property
+    def build(self) -> str:
+        """The ``Fork-Build`` value: ``full`` or ``any`` (the default)."""
+        return self.get("Fork-Build") or BUILD_ANY
+
+    @property
+    def full_build_only(self) -> bool:
+        return self.build == BUILD_FULL
 
     @property
     def bug(self) -> str | None:
@@ -131,6 +147,10 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
         raise SeriesError(
             f"{header.file}: unknown Fork-Part {header.part!r} (known: {', '.join(PARTS)})"
         )
+    if header.build not in BUILD_VALUES:
+        raise SeriesError(
+            f"{header.file}: unknown Fork-Build {header.build!r} (known: {', '.join(BUILD_VALUES)})"
+        )
     origin = header.origin
     if not (origin == "vendor" or origin.startswith("backport, ")):
         raise SeriesError(
@@ -168,6 +188,15 @@ class Series:
 
     def carrying(self, change: str) -> list[str]:
         return [h.file for h in self.headers if h.change == change]
+
+    def full_build_only(self) -> tuple[PatchHeader, ...]:
+        """The headers of the patches marked ``Fork-Build: full``, in series order."""
+        return tuple(h for h in self.headers if h.full_build_only)
+
+    def without(self, files: Collection[str]) -> Series:
+        """This series less the patches named in ``files`` (file names)."""
+        kept = [(p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files]
+        return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:

@@ -12,13 +12,21 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork import faults
 from vllm_fork.config import Config
 from vllm_fork.diffs import file_hunks
-from vllm_fork.errors import ForkError, GitError, PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.errors import (
+    ForkError,
+    GitError,
+    PatchFailedError,
+    SeriesError,
+    UsageError,
+    WorkTreeError,
+)
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.series.patches import load_series
@@ -149,6 +157,7 @@ def materialize(
     *,
     keep_failed: bool = False,
     internal: bool = False,
+    exclude: Collection[str] = (),
 ) -> MaterializeResult:
     """Create ``dest`` as the work tree of base ``version`` plus its series.
 
@@ -157,12 +166,20 @@ def materialize(
     leftovers are removed by the next run), never a partial one. Runs on the
     same ``dest`` are serialized by a lock; the later one then refuses the
     finished tree. ``internal``: ``dest`` is in the tool's own work area
-    (``<cache>/work``), for build and audit trees.
+    (``<cache>/work``), for build and audit trees. ``exclude``: file names of
+    patches to leave out (internal trees only: a precompiled build leaves out
+    the ``Fork-Build: full`` patches; a user's tree always has the whole series).
     """
     base = load_pins(config.bases_file).get(version)
     dest = dest.absolute()
+    if exclude and not internal:
+        raise UsageError("only the tool's own build trees may leave patches out of the series")
     _check_target(config, dest, internal=internal)
     series = load_series(config.series_dir(base.version))
+    unknown = sorted(set(exclude) - {p.name for p in series.patches})
+    if unknown:
+        raise SeriesError(f"series/{base.version} has no patch {', '.join(unknown)} to leave out")
+    series = series.without(exclude)
     tag = ensure_upstream(config, base, Fetcher(config))
     with dir_lock(config.cache_dir, dest):
         _check_target(config, dest, internal=internal)
