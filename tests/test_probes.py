@@ -35,13 +35,13 @@ P, A, N = "present", "absent", "n/a"
 # and compared with the registry's declared releases (upstream_since,
 # applies_since), so that a wrong declaration and a wrong probe both fail.
 EXPECTED = {
-    #          rope-cache-dtype, rope-bf16-buffer, moe-bias-precast, dsv32-decode, ar-rms
-    "0.19.1": (N, A, A, A, N),
-    "0.20.0": (A, A, P, A, N),
-    "0.21.0": (P, A, P, A, A),
-    "0.22.0": (P, A, P, A, P),
-    "0.23.0": (P, P, P, P, P),
-    "0.33.0": (P, P, P, P, P),
+    #      rope-cache-dtype, rope-fast-kernel, rope-bf16-buffer, moe-bias-precast, dsv32, ar-rms
+    "0.19.1": (N, N, A, A, A, N),
+    "0.20.0": (A, A, A, P, A, N),
+    "0.21.0": (P, A, A, P, A, A),
+    "0.22.0": (P, A, A, P, A, P),
+    "0.23.0": (P, A, P, P, P, P),
+    "0.33.0": (P, A, P, P, P, P),
 }
 
 
@@ -355,6 +355,83 @@ def test_rope_cache_dtype_dtype_only_check_is_not_enough(tmp_path):
         tmp_path, {KERNEL_HEAD: ROPE_BOUNDED, "vllm/_custom_ops.py": CUSTOM_OPS_DTYPE_ONLY}
     )
     assert not probe("rope-cache-dtype", tree).hardening["python-dtype-check"]
+
+
+# --------------------------------------------------------------------------- rope-fast-kernel
+
+ROPE_CACHE_T = """\
+namespace vllm {
+template <typename scalar_t, typename cache_t, bool IS_NEOX>
+__global__ void rotary_embedding_kernel(
+    const int64_t* __restrict__ positions, scalar_t* __restrict__ query,
+    scalar_t* __restrict__ key, const cache_t* __restrict__ cos_sin_cache,
+    const int rot_dim) {
+  const cache_t* row = cos_sin_cache + positions[blockIdx.x] * rot_dim;
+}
+}  // namespace vllm
+
+void rotary_embedding(torch::Tensor& positions, torch::Tensor& query,
+                      std::optional<torch::Tensor> key, int64_t head_size,
+                      torch::Tensor& cos_sin_cache, bool is_neox) {
+  int64_t num_tokens = positions.numel();
+  // if (num_tokens == 0) { return; }  -- a comment is not a guard
+  launch(num_tokens);
+}
+"""
+
+ROPE_VECTORIZED = """\
+namespace vllm {
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T val[N];
+};
+template <typename scalar_t, typename cache_t, bool IS_NEOX, int VEC>
+__global__ void rotary_embedding_kernel(
+    const int64_t* __restrict__ positions, scalar_t* __restrict__ query,
+    scalar_t* __restrict__ key, const cache_t* __restrict__ cos_sin_cache,
+    const int rot_dim) {
+  const cache_t* row = cos_sin_cache + positions[blockIdx.x] * rot_dim;
+}
+}  // namespace vllm
+
+void rotary_embedding(torch::Tensor& positions, torch::Tensor& query,
+                      std::optional<torch::Tensor> key, int64_t head_size,
+                      torch::Tensor& cos_sin_cache, bool is_neox) {
+  int64_t num_tokens = positions.numel();
+  if (num_tokens == 0) {
+    return;
+  }
+  launch(num_tokens);
+}
+"""
+
+
+def test_rope_fast_kernel_absent_on_upstreams_kernel(tmp_path: Path) -> None:
+    f = probe("rope-fast-kernel", make_tree(tmp_path, {KERNEL_HEAD: ROPE_CACHE_T}))
+    assert f.state == A
+    assert "no vector-width template parameter" in f.reason
+    assert "no empty-batch guard" in f.reason
+
+
+def test_rope_fast_kernel_present(tmp_path: Path) -> None:
+    f = probe("rope-fast-kernel", make_tree(tmp_path, {KERNEL_HEAD: ROPE_VECTORIZED}))
+    assert f.state == P, f.reason
+    assert "(VEC)" in f.reason
+
+
+def test_rope_fast_kernel_needs_every_trait(tmp_path: Path) -> None:
+    unaligned = ROPE_VECTORIZED.replace("struct alignas(sizeof(T) * N) Vec", "struct Vec")
+    f = probe("rope-fast-kernel", make_tree(tmp_path / "a", {KERNEL_HEAD: unaligned}))
+    assert f.state == A and "no aligned vector type" in f.reason
+    unguarded = ROPE_VECTORIZED.replace("if (num_tokens == 0) {\n    return;\n  }", "")
+    f = probe("rope-fast-kernel", make_tree(tmp_path / "b", {KERNEL_HEAD: unguarded}))
+    assert f.state == A and "no empty-batch guard" in f.reason
+
+
+def test_rope_fast_kernel_na_without_cache_type(tmp_path: Path) -> None:
+    f = probe("rope-fast-kernel", make_tree(tmp_path, {KERNEL_HEAD: ROPE_SAME_TYPE}))
+    assert f.state == N
+    assert probe("rope-fast-kernel", DirTree(tmp_path / "empty")).state == N
 
 
 # --------------------------------------------------------------------------- rope-bf16-buffer

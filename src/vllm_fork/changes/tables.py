@@ -80,7 +80,11 @@ def readme_table(root: Path) -> str:
         *(f"{v} (default)" if v == pins.default else v for v in versions),
     ]
     rows = [
-        [c.id, f"#{c.pr}", *(base_cell(c, v, parts[v].get(c.id, [])) for v in versions)]
+        [
+            c.id,
+            f"#{c.pr}" if c.pr else "- (vendor)",
+            *(base_cell(c, v, parts[v].get(c.id, [])) for v in versions),
+        ]
         for c in registry.changes()
     ]
     return _table(header, rows)
@@ -112,7 +116,12 @@ def _files(change: registry.Change) -> str:
 def changes_table(_root: Path | None = None) -> str:
     """Per change: its upstream PR, where it lands and the first release with it."""
     rows = [
-        [f"`{c.id}`", f"[#{c.pr}]({c.pr_url})", _files(c), c.upstream_since or "-"]
+        [
+            f"`{c.id}`",
+            f"[#{c.pr}]({c.pr_url})" if c.pr else "- (vendor change)",
+            _files(c),
+            c.upstream_since or "-",
+        ]
         for c in registry.changes()
     ]
     rows += [
