@@ -51,6 +51,27 @@ def csrc_patch(tree: Path) -> None:
     )
 
 
+FULL_PATCH = "0002-Kernel-Vectorize-the-kernel.patch"
+
+
+def full_csrc_patch(tree: Path, python: str | None = None) -> None:
+    """A vendor kernel patch marked ``Fork-Build: full`` (with its test; ``python``: the
+    new text of vllm/extra.py, a Python part too)."""
+    edits = {
+        "csrc/fast.cu": "// vectorized kernel\nint fast() { return 2; }\n",
+        "tests/kernels/test_fast.py": "def test_fast():\n    assert True\n",
+    }
+    if python is not None:
+        edits["vllm/extra.py"] = python
+    commit(
+        tree,
+        "[Kernel] Vectorize the kernel",
+        "Kernel change only a full build can carry.",
+        trailer_block(change="rope-fast-kernel", origin="vendor", Fork_Build="full"),
+        edits,
+    )
+
+
 def make_series(repo: ForkRepo, tmp_path: Path, *steps) -> Path:
     """Materialize the base, commit ``steps`` (functions of the tree), export the series."""
     tree = tmp_path / "wt"
@@ -100,10 +121,11 @@ def fork_wheel(
     record: dict,
     tree: Path,
     version: str,
-    overrides: dict[str, bytes] | None = None,
+    overrides: dict[str, bytes | None] | None = None,
 ) -> Path:
     """A fork wheel as a precompiled build makes it: upstream's wheel, the series'
-    files from ``tree`` (its ``fork`` branch), the version and the provenance record."""
+    files from ``tree`` (its ``fork`` branch), the version and the provenance record;
+    ``overrides``: member -> bytes, or None to leave the member out."""
     files = upstream_wheel_files()
     changed = git(tree, "diff", "--name-only", f"upstream/{FAKE_VERSION}", "fork").split()
     for rel in changed:
@@ -113,7 +135,11 @@ def fork_wheel(
             ).stdout
     files["vllm/_version.py"] = version_py(version)
     files[PACKAGE_PATH] = dumps(record).encode()
-    files.update(overrides or {})
+    for rel, data in (overrides or {}).items():
+        if data is None:
+            files.pop(rel, None)
+        else:
+            files[rel] = data
     directory.mkdir(parents=True, exist_ok=True)
     return write_wheel(
         directory / f"vllm-{version}-{UPSTREAM_TAG}.whl", files, version, UPSTREAM_TAG

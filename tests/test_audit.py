@@ -16,7 +16,15 @@ from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.tree.materialize import materialize
 
-from .buildutil import csrc_patch, fork_wheel, make_series, pin_upstream_wheel, python_patch
+from .buildutil import (
+    FULL_PATCH,
+    csrc_patch,
+    fork_wheel,
+    full_csrc_patch,
+    make_series,
+    pin_upstream_wheel,
+    python_patch,
+)
 from .conftest import FAKE_FILES, FAKE_VERSION, ForkRepo
 from .gitutil import git
 
@@ -229,3 +237,31 @@ def test_cli_audit_json(audited, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert out["sdist_wheel_disagreements"] == [
         {"path": "vllm/__init__.py", "fork_ships": "upstream wheel's version"}
     ]
+
+
+def test_audit_uses_the_patch_set_of_the_build(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    """A precompiled build leaves out a Fork-Build: full patch: the audit compares with
+    base + series less that patch, so the left-out patch's Python part is not in it."""
+    pin_upstream_wheel(fork_repo, tmp_path / "up")
+    extra = "EXTRA = 2\n"
+    tree = make_series(fork_repo, tmp_path, python_patch, lambda t: full_csrc_patch(t, extra))
+    nofull = f"{FAKE_VERSION}+hardened.2.nofull"
+    rec = make_record(
+        base=load_pins(fork_repo.config.bases_file).get(FAKE_VERSION),
+        series=load_series(fork_repo.series_dir()),
+        version=nofull,
+        revision=2,
+        mode="precompiled",
+        device="cuda",
+        tool_version=__version__,
+        left_out=(FULL_PATCH,),
+    )
+    # what the build makes: the wheel lacks the left-out patch entirely
+    good = fork_wheel(tmp_path / "g", rec, tree, nofull, {"vllm/extra.py": None})
+    report = audit_wheel(fork_repo.config, good)
+    assert report.passed, report.format()
+    assert "vllm/extra.py" not in by_path(report)
+    # a wheel that says it lacks the patch but ships its Python part is caught
+    bad = fork_wheel(tmp_path / "b", rec, tree, nofull)
+    [stray] = audit_wheel(fork_repo.config, bad).unexplained
+    assert (stray.path, stray.state) == ("vllm/extra.py", "added")

@@ -17,7 +17,14 @@ from vllm_fork.provenance import PACKAGE_PATH, dumps, format_record, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 
-from .buildutil import csrc_patch, make_series, pin_upstream_wheel, python_patch
+from .buildutil import (
+    FULL_PATCH,
+    csrc_patch,
+    full_csrc_patch,
+    make_series,
+    pin_upstream_wheel,
+    python_patch,
+)
 from .buildutil import fork_wheel as build_fork_wheel
 from .conftest import FAKE_VERSION, ForkRepo, sha256_of
 from .wheelutil import replace_member, write_wheel
@@ -73,8 +80,10 @@ def test_record_content(series_repo: ForkRepo) -> None:
             "upstream_pr": "https://github.com/vllm-project/vllm/pull/42409",
             "sha256": sha256_of(patch),
             "paths": ["vllm/layer.py"],
+            "build": "any",
         }
     ]
+    assert record["series"]["left_out"] == []
     # no upstream wheel in a build that does not reuse its binaries
     assert record_for(series_repo, mode="full")["base"]["upstream_wheel"] is None
     assert dumps(record) == dumps(record_for(series_repo))  # stable bytes
@@ -214,3 +223,80 @@ def test_verify_malformed_record_fails_cleanly(series_repo: ForkRepo, tmp_path: 
     report = verify_wheel(series_repo.config, fork_wheel(tmp_path, record))
     assert not report.passed
     assert report.bad[-1].startswith("provenance: malformed record")
+
+
+# --------------------------------------------------------------------------- Fork-Build: full
+
+NOFULL = f"{FAKE_VERSION}+hardened.2.nofull"
+
+
+@pytest.fixture
+def marked_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
+    pin_upstream_wheel(fork_repo, tmp_path / "upstream")
+    make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
+    return fork_repo
+
+
+def marked_record(repo: ForkRepo, version: str, left_out: tuple[str, ...], mode: str) -> dict:
+    return make_record(
+        base=load_pins(repo.config.bases_file).get(FAKE_VERSION),
+        series=load_series(repo.series_dir()),
+        version=version,
+        revision=2,
+        mode=mode,
+        device="cuda",
+        tool_version=__version__,
+        left_out=left_out,
+    )
+
+
+def test_record_lists_the_left_out_patch(marked_repo: ForkRepo) -> None:
+    record = marked_record(marked_repo, NOFULL, (FULL_PATCH,), "precompiled")
+    assert [p["file"] for p in record["series"]["patches"]] == ["0001-ROCm-Change-f3.patch"]
+    [out] = record["series"]["left_out"]
+    assert (out["file"], out["change"], out["build"]) == (FULL_PATCH, "rope-fast-kernel", "full")
+    assert out["sha256"] == sha256_of(marked_repo.series_dir() / FULL_PATCH)
+    assert f"left out: {FULL_PATCH}  [rope-fast-kernel]" in format_record(record)
+    # a full build has every patch and records which ones need it
+    full = marked_record(marked_repo, f"{FAKE_VERSION}+hardened.2", (), "full")
+    assert [p["build"] for p in full["series"]["patches"]] == ["any", "full"]
+    assert full["series"]["left_out"] == []
+
+
+def test_verify_precompiled_wheel_without_the_full_patch(
+    marked_repo: ForkRepo, tmp_path: Path
+) -> None:
+    wheel = fork_wheel(
+        tmp_path, marked_record(marked_repo, NOFULL, (FULL_PATCH,), "precompiled"), NOFULL
+    )
+    report = verify_wheel(marked_repo.config, wheel)
+    assert report.passed, report.format()
+    assert any(
+        f"left-out patches: {FULL_PATCH} (rope-fast-kernel, not in this build)" in line
+        for line in report.ok
+    )
+
+
+def test_verify_rejects_a_label_claiming_the_left_out_patch(
+    marked_repo: ForkRepo, tmp_path: Path
+) -> None:
+    plain = f"{FAKE_VERSION}+hardened.2"
+    record = marked_record(marked_repo, plain, (FULL_PATCH,), "precompiled")
+    report = verify_wheel(marked_repo.config, fork_wheel(tmp_path, record, plain))
+    assert not report.passed
+    assert any(
+        f"wheel is {plain}, but its provenance left out {FULL_PATCH}" in line for line in report.bad
+    ), report.format()
+
+
+def test_verify_rejects_a_precompiled_wheel_claiming_every_patch(
+    marked_repo: ForkRepo, tmp_path: Path
+) -> None:
+    """A precompiled wheel cannot carry the marked patch, whatever its record says."""
+    plain = f"{FAKE_VERSION}+hardened.2"
+    record = marked_record(marked_repo, plain, (), "precompiled")
+    report = verify_wheel(marked_repo.config, fork_wheel(tmp_path, record, plain))
+    assert not report.passed
+    text = "\n".join(report.bad)
+    assert f"the current series gives {NOFULL}" in text
+    assert f"a precompiled build of the series leaves out ['{FULL_PATCH}']" in text

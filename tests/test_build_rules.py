@@ -10,9 +10,16 @@ from vllm_fork.build.builder import BuildRefused, BuildRequest, prepare
 from vllm_fork.build.rules import precompiled_conflicts, precompiled_reason, touched_paths
 from vllm_fork.cli.main import main
 from vllm_fork.errors import SeriesError, UsageError
-from vllm_fork.series.forkversion import check_fork_version, fork_version, series_revision
+from vllm_fork.series.forkversion import (
+    check_fork_version,
+    fork_version,
+    leaves_out,
+    series_revision,
+)
+from vllm_fork.series.patches import load_series, parse_patch, validate_header
+from vllm_fork.tree.materialize import materialize
 
-from .buildutil import csrc_patch, make_series, pin_wheel, python_patch
+from .buildutil import FULL_PATCH, csrc_patch, full_csrc_patch, make_series, pin_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo
 
 PATCH = """\
@@ -154,3 +161,78 @@ def test_overwritten_paths_are_listed_in_one_module() -> None:
         if "vllm/third_party/" in p.read_text() or "vllm/vllm_flash_attn/" in p.read_text()
     )
     assert holders == ["build/rules.py"]
+
+
+# --------------------------------------------------------------------------- Fork-Build: full
+
+
+def test_marked_patch_is_left_out_of_precompiled(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
+    prep = prepare(fork_repo.config, BuildRequest(mode="precompiled"))
+    assert prep.left_out == (FULL_PATCH,)
+    assert prep.version == f"{FAKE_VERSION}+hardened.2.nofull"
+    # a full build has every patch and the plain label
+    full = prepare(fork_repo.config, BuildRequest(mode="full"))
+    assert (full.left_out, full.version) == ((), f"{FAKE_VERSION}+hardened.2")
+
+
+def test_dry_run_names_the_left_out_patch(
+    fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
+    assert main(["build", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"+ 1 patch(es) -> vllm-{FAKE_VERSION}+hardened.2.nofull (precompiled" in out
+    assert f"# left out (Fork-Build: full): {FULL_PATCH}" in out
+    assert main(["build", "--dry-run", "--mode", "full"]) == 0
+    out = capsys.readouterr().out
+    assert f"+ 2 patch(es) -> vllm-{FAKE_VERSION}+hardened.2 (full" in out
+    assert "left out" not in out
+
+
+def test_unmarked_csrc_patch_is_still_refused(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, full_csrc_patch, csrc_patch)
+    with pytest.raises(BuildRefused) as exc:
+        prepare(fork_repo.config, BuildRequest(mode="precompiled"))
+    message = str(exc.value)
+    assert "0002-Kernel-Read-the-cache-in-its-own-dtype.patch: csrc/kernel.cu" in message
+    assert "csrc/fast.cu" not in message  # the marked patch is left out, not refused
+
+
+def test_materialize_leaves_out_only_in_internal_trees(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
+    with pytest.raises(UsageError, match="only the tool's own build trees"):
+        materialize(fork_repo.config, None, tmp_path / "user", exclude=[FULL_PATCH])
+    work = fork_repo.config.cache_dir / "work" / "t"
+    result = materialize(fork_repo.config, None, work, internal=True, exclude=[FULL_PATCH])
+    assert result.applied == 1
+    assert not (work / "csrc/fast.cu").exists()
+    with pytest.raises(SeriesError, match="no patch 0009-x.patch to leave out"):
+        materialize(
+            fork_repo.config, None, work.parent / "u", internal=True, exclude=["0009-x.patch"]
+        )
+
+
+def test_fork_build_header_values(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path, full_csrc_patch)
+    series = load_series(fork_repo.series_dir())
+    assert [h.build for h in series.headers] == ["full"]
+    assert series.without([series.patches[0].name]).patches == ()
+    patch = series.patches[0]
+    patch.write_text(patch.read_text().replace("Fork-Build: full", "Fork-Build: sometimes"))
+    with pytest.raises(SeriesError, match="unknown Fork-Build 'sometimes'"):
+        validate_header(parse_patch(patch))
+    patch.write_text(patch.read_text().replace("Fork-Build: sometimes\n", ""))
+    assert parse_patch(patch).build == "any"  # the default
+
+
+def test_nofull_label() -> None:
+    label = fork_version("0.21.0", 14, left_out=True)
+    assert label == "0.21.0+hardened.14.nofull"
+    assert check_fork_version(label) == ("0.21.0", 14)
+    assert leaves_out(label) and not leaves_out("0.21.0+hardened.14")
+    with pytest.raises(SeriesError):
+        check_fork_version("0.21.0+hardened.14.full")

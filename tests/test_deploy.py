@@ -249,3 +249,43 @@ def test_build_refuses_a_bad_signing_key_before_any_work(
     assert not work_root(series_repo.config).exists() or not any(
         work_root(series_repo.config).iterdir()
     )
+
+
+def test_notes_list_the_left_out_change_as_not_in_this_build() -> None:
+    record = {
+        "version": f"{FAKE_VERSION}+hardened.2.nofull",
+        "base": {"version": FAKE_VERSION, "sdist": {"filename": "s.tar.gz", "sha256": "cd" * 32}},
+        "build": {"mode": "precompiled", "device": "cuda"},
+        "tool": {"name": "vllm-fork", "version": "0"},
+        "series": {
+            "revision": 2,
+            "patches": [
+                {
+                    "file": "0001-a.patch",
+                    "change": "ar-rms-pack-gate",
+                    "part": "change",
+                    "sha256": "ef" * 32,
+                    "upstream_pr": None,
+                }
+            ],
+            "left_out": [
+                {
+                    "file": "0002-fast.patch",
+                    "change": "rope-fast-kernel",
+                    "build": "full",
+                    "sha256": "01" * 32,
+                }
+            ],
+        },
+    }
+    text = make_notes(record, wheel_name="w.whl", wheel_sha256="ab" * 32)
+    fast = registry.get("rope-fast-kernel")
+    assert (
+        f"| rope-fast-kernel: {fast.title} | not in this build (full build only) | none | "
+        "vendor change |" in text
+    )
+    assert "## Not in this build" in text
+    assert "- `0002-fast.patch` (rope-fast-kernel): not in this build" in text
+    # a full build's record has nothing left out and no such section
+    record["series"]["left_out"] = []
+    assert "Not in this build" not in make_notes(record, wheel_name="w.whl", wheel_sha256="ab" * 32)

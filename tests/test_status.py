@@ -9,6 +9,8 @@ from vllm_fork.changes import status as status_mod
 from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.probes import Finding, SourceTree
 
+from .buildutil import full_csrc_patch
+from .buildutil import make_series as make_series_of
 from .conftest import ForkRepo
 from .test_tree import make_series
 
@@ -17,9 +19,11 @@ def fake_probe_all(tree: SourceTree) -> dict[str, Finding]:
     """Probes for the synthetic base: each change keyed to something in its files."""
     layer = tree.read_text("vllm/layer.py") or ""
     kernel = tree.read_text("csrc/kernel.cu")
+    fast = tree.read_text("csrc/fast.cu")
     carried = "return x + 33" in layer
     return {
         "rope-cache-dtype": Finding("present" if kernel else "absent", "kernel reads cache dtype"),
+        "rope-fast-kernel": Finding("present" if fast else "absent", "vectorized kernel"),
         "rope-bf16-buffer": Finding("absent", "no bf16 buffer"),
         "moe-bias-precast": Finding("n/a", "no AITER MoE router in this base"),
         "dsv32-decode": Finding("absent", "no metadata cache"),
@@ -44,6 +48,7 @@ def test_status_without_series(fork_repo: ForkRepo, probes: None) -> None:
     report = compute_status(fork_repo.config, None)
     assert states(report) == {
         "rope-cache-dtype": "upstream",
+        "rope-fast-kernel": "missing",
         "rope-bf16-buffer": "missing",
         "moe-bias-precast": "n/a",
         "dsv32-decode": "missing",
@@ -84,3 +89,21 @@ def test_status_of_a_work_tree_on_disk(fork_repo: ForkRepo, probes: None, tmp_pa
     layer.write_text(layer.read_text().replace("x + 33", "x + 3"))
     report = compute_status(fork_repo.config, None, tree)
     assert states(report)["ar-rms-pack-gate"] == "missing"
+
+
+def test_status_marks_a_full_build_only_change(
+    fork_repo: ForkRepo, probes: None, tmp_path: Path
+) -> None:
+    tree = make_series_of(fork_repo, tmp_path, full_csrc_patch)
+    for report in (
+        compute_status(fork_repo.config, "9.9.9"),
+        compute_status(fork_repo.config, None, tree),
+    ):
+        by_change = {c.change: c for c in report.changes}
+        fast = by_change["rope-fast-kernel"]
+        assert (fast.state, fast.full_build_only) == ("carried", True)
+        assert not by_change["ar-rms-pack-gate"].full_build_only
+        assert report.to_json()["changes"]["rope-fast-kernel"]["full_build_only"] is True
+        text = format_status(report)
+        assert "full build only (Fork-Build: full): a precompiled wheel lacks it" in text
+        assert text.count("full build only") == 1
