@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.config import ENV_ROOT
-from vllm_fork.forktests import (
+from vllm_fork.git import run_git
+from vllm_fork.testing.forktests import (
     SIM_PLUGIN,
     is_test_module,
     parse_junit,
@@ -19,8 +20,7 @@ from vllm_fork.forktests import (
     run_fork_tests,
     sim_plugin_args,
 )
-from vllm_fork.git import run_git
-from vllm_fork.tree import BASE_KEY
+from vllm_fork.tree.materialize import BASE_KEY
 
 HEADER = """{subject}
 
@@ -270,7 +270,7 @@ def test_parse_junit_missing_report_counts_as_error(tmp_path: Path) -> None:
 def test_cli_resolves_a_relative_interpreter_before_leaving_for_the_tree(
     work_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_fork.cli import main
+    from vllm_fork.cli.main import main
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
