@@ -204,7 +204,7 @@ def test_skips_without_the_patch_prove_nothing(work_tree: Path) -> None:
 
 
 def test_cli_prove_fail_exits_non_zero_on_an_erroring_series(work_tree: Path) -> None:
-    from vllm_fork.cli import main
+    from vllm_fork.cli.main import main
 
     _commit(
         work_tree,
