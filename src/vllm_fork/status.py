@@ -19,6 +19,7 @@ from .export import tree_base
 from .git import git_env, git_out, run_git
 from .pins import load_pins
 from .probes import CHANGE_IDS, DirTree, Finding, GitTree, probe_all
+from .probes.rocm_pins import aiter_pin
 from .series import Series, load_series
 from .sources import Fetcher
 from .upstream import ensure_upstream, tag_for
@@ -51,10 +52,12 @@ class StatusReport:
     version: str
     patches: tuple[str, ...]
     changes: tuple[ChangeStatus, ...]
+    aiter: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base": self.version,
+            "aiter": self.aiter,
             "series": list(self.patches),
             "changes": {c.change: c.to_json() for c in self.changes},
         }
@@ -105,9 +108,12 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
     series = load_series(config.series_dir(base.version))
     tag = ensure_upstream(config, base, Fetcher(config))
     repo = config.upstream_repo
-    pristine = probe_all(GitTree(repo, tag))
+    pristine_tree = GitTree(repo, tag)
+    pristine = probe_all(pristine_tree)
+    aiter = aiter_pin(pristine_tree)
     if tree is not None:
         patched = probe_all(DirTree(tree))
+        aiter = aiter_pin(DirTree(tree))
         commits = tree_commits(tree, tag)
         names = tuple(subject for subject, _ in commits)
 
@@ -123,11 +129,12 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
     for change in CHANGE_IDS:
         state, reason, hardening = classify(pristine[change], patched[change])
         changes.append(ChangeStatus(change, state, reason, tuple(carrying(change)), hardening))
-    return StatusReport(base.version, names, tuple(changes))
+    return StatusReport(base.version, names, tuple(changes), aiter)
 
 
 def format_status(report: StatusReport) -> str:
     lines = [f"vLLM {report.version} + {len(report.patches)} patch(es) ({tag_for(report.version)})"]
+    lines.append(f"  AITER pinned by docker/Dockerfile.rocm_base: {report.aiter or 'none'}")
     width = max(len(c.change) for c in report.changes) if report.changes else 0
     for c in report.changes:
         line = f"  {c.change:<{width}}  {c.state:<8}  {c.reason}"

@@ -35,6 +35,13 @@ class DirTree:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def list_files(self, prefix: str) -> list[str]:
+        """Tree-relative paths of every file under the folder ``prefix``, sorted."""
+        base = self.root / _clean(prefix)
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+
     def __repr__(self) -> str:
         return f"DirTree({str(self.root)!r})"
 
@@ -62,6 +69,18 @@ class GitTree:
         if key not in self._cache:
             self._cache[key] = self._read(key)
         return self._cache[key]
+
+    def list_files(self, prefix: str) -> list[str]:
+        """Tree-relative paths of every file under the folder ``prefix``, sorted."""
+        out = subprocess.run(
+            ["git", "-C", str(self.repo), "ls-tree", "-r", "--name-only", "-z", self._tree, "--"]
+            + [_clean(prefix) + "/"],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            return []
+        return sorted(name for name in out.stdout.split("\0") if name)
 
     def _read(self, path: str) -> str | None:
         spec = f"{self._tree}:{path}"
