@@ -30,6 +30,8 @@ AITER_ARG = "AITER_BRANCH"
 class ListableTree(SourceTree, Protocol):
     def list_files(self, prefix: str) -> list[str]: ...
 
+    def files_containing(self, prefix: str, text: str) -> list[str]: ...
+
 
 def dockerfile_args(text: str) -> dict[str, str]:
     """``ARG name=value`` defaults of a Dockerfile, first definition wins."""
@@ -85,11 +87,11 @@ def amdsmi_imports_in(source: str) -> set[str]:
 def amdsmi_imports(tree: ListableTree, package: str = "vllm") -> dict[str, list[str]]:
     """Every ``amdsmi`` name the tree's package uses -> the files that use it."""
     users: dict[str, list[str]] = {}
-    for path in tree.list_files(package):
+    for path in tree.files_containing(package, "amdsmi"):
         if not path.endswith(".py"):
             continue
         text = tree.read_text(path)
-        if text is None or "amdsmi" not in text:
+        if text is None:
             continue
         for name in sorted(amdsmi_imports_in(text)):
             users.setdefault(name, []).append(path)

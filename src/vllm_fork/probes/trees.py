@@ -42,6 +42,10 @@ class DirTree:
             return []
         return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
 
+    def files_containing(self, prefix: str, text: str) -> list[str]:
+        """The files of list_files(prefix) whose text contains ``text``."""
+        return [p for p in self.list_files(prefix) if text in (self.read_text(p) or "")]
+
     def __repr__(self) -> str:
         return f"DirTree({str(self.root)!r})"
 
@@ -81,6 +85,18 @@ class GitTree:
         if out.returncode != 0:
             return []
         return sorted(name for name in out.stdout.split("\0") if name)
+
+    def files_containing(self, prefix: str, text: str) -> list[str]:
+        """The files of list_files(prefix) whose text contains ``text`` (git grep)."""
+        out = subprocess.run(
+            ["git", "-C", str(self.repo), "grep", "-l", "-z", "-F", "-e", text, self._tree, "--"]
+            + [_clean(prefix) + "/"],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode not in (0, 1):
+            return []
+        return sorted(n.partition(":")[2] for n in out.stdout.split("\0") if n)
 
     def _read(self, path: str) -> str | None:
         spec = f"{self._tree}:{path}"
