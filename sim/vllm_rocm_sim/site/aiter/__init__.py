@@ -211,19 +211,22 @@ _MLA_METADATA_DTYPE = torch.int32
 
 @recorded
 def get_mla_metadata_info_v1(
-    max_batch_size: int,
+    batch_size: int,
     max_seqlen_qo: int,
-    num_heads: int,
+    num_head_qo: int,
     q_dtype: torch.dtype,
     kv_dtype: torch.dtype,
-    is_sparse: bool = False,
+    is_sparse: bool,
     fast_mode: bool = True,
+    num_kv_splits: int = 32,
+    intra_batch_mode: bool = False,
+    max_split_per_batch: int = -1,
     **kwargs,
 ) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
     """Sizes and dtypes of the six work buffers, in the order
     (work_meta_data, work_indptr, work_info_set, reduce_indptr,
     reduce_final_map, reduce_partial_map). Simulated sizes are small."""
-    batch = max_batch_size * max_seqlen_qo
+    batch = batch_size * max_seqlen_qo
     dt = _MLA_METADATA_DTYPE
     return (
         ((2,), dt),
@@ -248,13 +251,13 @@ def mla_metadata_fingerprint(*tensors: torch.Tensor) -> int:
 
 @recorded
 def get_mla_metadata_v1(
-    qo_indptr: torch.Tensor,
-    kv_indptr: torch.Tensor,
+    seqlens_qo_indptr: torch.Tensor,
+    seqlens_kv_indptr: torch.Tensor,
     kv_last_page_lens: torch.Tensor,
     num_heads_per_head_k: int,
     num_heads_k: int,
     is_causal: bool,
-    work_metadata: torch.Tensor,
+    work_metadata_ptrs: torch.Tensor,
     work_info_set: torch.Tensor,
     work_indptr: torch.Tensor,
     reduce_indptr: torch.Tensor,
@@ -265,9 +268,9 @@ def get_mla_metadata_v1(
     """Fills every output buffer with ``fingerprint + position`` where the
     fingerprint is mla_metadata_fingerprint(qo_indptr, kv_indptr,
     kv_last_page_lens): outputs tell which inputs they were built from."""
-    fp = mla_metadata_fingerprint(qo_indptr, kv_indptr, kv_last_page_lens)
+    fp = mla_metadata_fingerprint(seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
     for out in (
-        work_metadata,
+        work_metadata_ptrs,
         work_info_set,
         work_indptr,
         reduce_indptr,
