@@ -53,44 +53,14 @@ REPO = Path(__file__).resolve().parent.parent
 SITE = REPO / "sim" / "vllm_rocm_sim" / "site"
 CONTRACTS = REPO / "sim" / "contracts"
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "sim"))
+
+from vllm_rocm_sim.contracts import _src, signature  # noqa: E402  (one signature format)
 
 Reader = Callable[[str], str | None]
 
 # ----------------------------------------------------------------------------
 # signatures
-
-
-def _src(node: ast.AST | None) -> str | None:
-    return None if node is None else ast.unparse(node)
-
-
-def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any]:
-    """Parameters in order (name, kind, default, annotation) and return annotation."""
-    a = fn.args
-    params: list[dict[str, Any]] = []
-    positional = a.posonlyargs + a.args
-    pos_defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults)) + list(
-        a.defaults
-    )
-    for i, (arg, default) in enumerate(zip(positional, pos_defaults, strict=True)):
-        kind = "positional_only" if i < len(a.posonlyargs) else "positional_or_keyword"
-        params.append(_param(arg, kind, default))
-    if a.vararg:
-        params.append(_param(a.vararg, "var_positional", None))
-    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-        params.append(_param(arg, "keyword_only", default))
-    if a.kwarg:
-        params.append(_param(a.kwarg, "var_keyword", None))
-    return {"params": params, "returns": _src(fn.returns)}
-
-
-def _param(arg: ast.arg, kind: str, default: ast.expr | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": arg.arg, "kind": kind}
-    if default is not None:
-        entry["default"] = _src(default)
-    if arg.annotation is not None:
-        entry["annotation"] = _src(arg.annotation)
-    return entry
 
 
 def _body(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:

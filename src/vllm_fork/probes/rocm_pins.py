@@ -12,6 +12,7 @@ typed by hand per release.
 from __future__ import annotations
 
 import ast
+import io
 import logging
 import shlex
 from typing import Protocol
@@ -35,8 +36,8 @@ class ListableTree(SourceTree, Protocol):
 
 def dockerfile_args(text: str) -> dict[str, str]:
     """``ARG name=value`` defaults of a Dockerfile, first definition wins."""
-    parser = DockerfileParser(fileobj=None, env_replace=False)
-    parser.content = text
+    # A file object keeps the parser from creating ./Dockerfile.
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode("utf-8")), env_replace=False)
     found: dict[str, str] = {}
     for instr in parser.structure:
         if instr["instruction"] != "ARG":
