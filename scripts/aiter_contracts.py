@@ -32,6 +32,7 @@ Only signatures, names and numbers are written: no AITER or amdsmi source.
 
     python scripts/aiter_contracts.py extract --aiter-git DIR --amdsmi-wheel WHL
     <python with torch> scripts/aiter_contracts.py golden --aiter-git DIR --tag TAG...
+    python scripts/aiter_contracts.py table
 """
 
 from __future__ import annotations
@@ -570,6 +571,17 @@ def cmd_golden(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_table(args: argparse.Namespace) -> int:
+    """Print the name x tag table of sim/CONTRACTS.md and any failure."""
+    from vllm_rocm_sim.contracts import check_bases, table
+
+    rows, failures = check_bases()
+    print(table(rows))
+    for failure in failures:
+        log.error("%s", failure)
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -590,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tag", required=True, nargs="+", help="AITER tags (default: all in bases.json)"
     )
     g.set_defaults(run=cmd_golden)
+    t = sub.add_parser("table", help="the comparison table of the fakes (for sim/CONTRACTS.md)")
+    t.set_defaults(run=cmd_table)
     args = p.parse_args(argv)
     return args.run(args)
 

@@ -371,3 +371,18 @@ def golden_mismatches(aiter: Any, root: Path = CONTRACTS) -> tuple[int, list[str
                     f"{want_w.tolist()}"
                 )
     return compared, failures
+
+
+def table(rows: list[Row]) -> str:
+    """Markdown table name x tag of the comparison states (for CONTRACTS.md)."""
+    tags = sorted({r.tag for r in rows}, key=lambda t: (not t.startswith("v"), t))
+    names = sorted({r.name for r in rows})
+    cell = {(r.name, r.tag): r.state for r in rows}
+    lines = ["| name | " + " | ".join(tags) + " |", "|---|" + "---|" * len(tags)]
+    for name in names:
+        label = name.replace("aiter.dist.device_communicators.custom_all_reduce.", "")
+        label = label.replace("aiter.ops.triton.rope.rope.", "aiter…rope.")
+        lines.append(
+            f"| `{label}` | " + " | ".join(cell.get((name, t), "") for t in tags) + " |"
+        )
+    return "\n".join(lines)
