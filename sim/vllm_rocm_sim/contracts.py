@@ -382,7 +382,5 @@ def table(rows: list[Row]) -> str:
     for name in names:
         label = name.replace("aiter.dist.device_communicators.custom_all_reduce.", "")
         label = label.replace("aiter.ops.triton.rope.rope.", "aiter…rope.")
-        lines.append(
-            f"| `{label}` | " + " | ".join(cell.get((name, t), "") for t in tags) + " |"
-        )
+        lines.append(f"| `{label}` | " + " | ".join(cell.get((name, t), "") for t in tags) + " |")
     return "\n".join(lines)
