@@ -300,7 +300,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from vllm_fork.pins import load_pins
+    from vllm_fork.sources.pins import load_pins
 
     versions = sorted(load_pins(REPO / "bases.toml").versions(), key=tag_key)
     pins = base_pins(args.upstream_git, versions)

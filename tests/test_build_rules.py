@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build import BuildRefused, BuildRequest, prepare
-from vllm_fork.buildrules import precompiled_conflicts, precompiled_reason, touched_paths
-from vllm_fork.cli import main
+from vllm_fork.build.builder import BuildRefused, BuildRequest, prepare
+from vllm_fork.build.rules import precompiled_conflicts, precompiled_reason, touched_paths
+from vllm_fork.cli.main import main
 from vllm_fork.errors import SeriesError, UsageError
-from vllm_fork.forkversion import check_fork_version, fork_version, series_revision
+from vllm_fork.series.forkversion import check_fork_version, fork_version, series_revision
 
 from .buildutil import csrc_patch, make_series, pin_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.cli import main
-from vllm_fork.pins import Base, FilePin, Pins, save_pins
+from vllm_fork.cli.main import main
+from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 
 from .conftest import FAKE_VERSION, ForkRepo, LocalIndex, file_member, make_tar, sha256_of
 

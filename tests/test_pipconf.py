@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from vllm_fork.pipconf import PYPI_SIMPLE, merge, parse_config_list
+from vllm_fork.sources.pipconf import PYPI_SIMPLE, merge, parse_config_list
 
 SAMPLE = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
@@ -66,7 +66,7 @@ def test_garbage_lines_are_ignored() -> None:
 
 
 def test_load_pip_config_runs_pip_and_reads_env(monkeypatch, tmp_path) -> None:
-    from vllm_fork.pipconf import load_pip_config
+    from vllm_fork.sources.pipconf import load_pip_config
 
     conf_file = tmp_path / "pip.conf"
     conf_file.write_text("[global]\nextra-index-url = file:///nowhere/simple\n")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.pins import load_pins
 from vllm_fork.probes.rocm_pins import aiter_pin, amdsmi_imports, dockerfile_args
 from vllm_fork.probes.trees import DirTree
+from vllm_fork.sources.pins import load_pins
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "sim"))

@@ -13,9 +13,9 @@ from vllm_fork.errors import (
     OfflineError,
     UnknownVersionError,
 )
-from vllm_fork.pins import FilePin, load_pins
-from vllm_fork.pipconf import PipConfig
-from vllm_fork.sources import Fetcher
+from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.pins import FilePin, load_pins
+from vllm_fork.sources.pipconf import PipConfig
 
 from .conftest import FAKE_VERSION, ForkRepo, LocalIndex, make_sdist, sha256_of
 

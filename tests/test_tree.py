@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import PatchFailedError, SeriesError, WorkTreeError
-from vllm_fork.export import export
-from vllm_fork.series import load_series, parse_patch
-from vllm_fork.tree import materialize
+from vllm_fork.series.patches import load_series, parse_patch
+from vllm_fork.tree.export import export
+from vllm_fork.tree.materialize import materialize
 
 from .conftest import FAKE_VERSION, ForkRepo
 from .gitutil import DATE, commit, git, trailer_block

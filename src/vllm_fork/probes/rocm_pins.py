@@ -19,8 +19,8 @@ from typing import Protocol
 
 from dockerfile_parse import DockerfileParser
 
-from .pyast import parse
-from .trees import SourceTree
+from vllm_fork.probes.pyast import parse
+from vllm_fork.probes.trees import SourceTree
 
 log = logging.getLogger(__name__)
 
