@@ -15,6 +15,11 @@ from vllm_fork.config import Config
 def build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
     p.add_argument(
+        "--allow-unsupported",
+        action="store_true",
+        help="build a base that bases.toml does not mark supported",
+    )
+    p.add_argument(
         "--mode",
         choices=MODES,
         default="precompiled",
@@ -92,6 +97,18 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
 
 def build_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
+    from vllm_fork.errors import UnsupportedBaseError
+    from vllm_fork.series.patches import load_series
+    from vllm_fork.sources.pins import load_pins, require_supported
+
+    base = load_pins(config.bases_file).get(args.base)
+    require_supported(config, base, allow=args.allow_unsupported)
+    if not load_series(config.series_dir(base.version)).patches:
+        # A wheel labelled +hardened would claim hardening that is not in it.
+        raise UnsupportedBaseError(
+            f"series/{base.version} has no patches: there is nothing to build "
+            f"(upstream's own vllm {base.version} wheel is the same code)"
+        )
 
     req = BuildRequest(
         base=args.base,
