@@ -162,3 +162,23 @@ def test_fake_reproduces_golden_outputs():
     compared, failures = contracts.golden_mismatches(aiter)
     assert not failures, "\n".join(failures)
     assert compared >= 10
+
+
+def test_recorded_pins_are_what_the_cached_trees_say():
+    """bases.json is generated from the trees; where the tool's cache holds a
+    base's upstream tag, the recorded pin and amdsmi names must still be its."""
+    from vllm_fork.probes.trees import GitTree
+
+    repo = Path.home() / ".cache" / "vllm-fork" / "upstream.git"
+    bases = contracts.load("bases.json")
+    checked = 0
+    for version, pin in bases.items():
+        try:
+            tree = GitTree(repo, f"upstream/{version}")
+        except ValueError:
+            continue
+        assert aiter_pin(tree) == pin["aiter"], version
+        assert sorted(amdsmi_imports(tree)) == pin["amdsmi_imports"], version
+        checked += 1
+    if not checked:
+        pytest.skip("no base's upstream tag in the download cache")
