@@ -272,3 +272,14 @@ def test_export_refuses_an_overwritten_path_a_later_patch_removes(
     commit(tree, "[ROCm] Take it back", "No.", trailer_block(), {})
     with pytest.raises(SeriesError, match="must not change paths.*vllm/vllm_flash_attn/x.py"):
         export(fork_repo.config, tree)
+
+
+def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo) -> None:
+    """A build tree goes into <cache>/work; a user's DIR anywhere in the cache is refused."""
+    inside = fork_repo.config.cache_dir / "work" / "build-x" / "src"
+    with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
+        materialize(fork_repo.config, None, inside)
+    assert materialize(fork_repo.config, None, inside, internal=True).path == inside
+    elsewhere = fork_repo.config.cache_dir / "tmp" / "tree"
+    with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
+        materialize(fork_repo.config, None, elsewhere, internal=True)

@@ -58,7 +58,9 @@ def work_root(config: Config) -> Path:
 
     Not ``<cache>/tmp``, which the cache lock empties of what a killed run left.
     """
-    return config.cache_dir / "work"
+    from vllm_fork.tree.materialize import WORK_DIR
+
+    return config.cache_dir / WORK_DIR
 
 
 class BuildRefused(ForkError):
@@ -248,7 +250,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             f"materializing vLLM {prep.base.version} + {len(prep.series.patches)} patch(es) "
             f"into {tree}"
         )
-        materialize(config, prep.base.version, tree)
+        materialize(config, prep.base.version, tree, internal=True)
         record = make_record(
             base=prep.base,
             series=prep.series,

@@ -29,6 +29,8 @@ from vllm_fork.sources.upstream import ensure_upstream, tag_for
 log = logging.getLogger(__name__)
 
 BRANCH = "fork"
+# the tool's own work area in the cache (build trees, smoke venvs)
+WORK_DIR = "work"
 BASE_KEY = "vllm-fork.base"
 
 
@@ -47,11 +49,17 @@ def _listing(dest: Path, limit: int = 5) -> str:
     return shown
 
 
-def _check_target(config: Config, dest: Path) -> None:
-    """Refuse a target that is not a new or empty directory the tool may fill."""
+def _check_target(config: Config, dest: Path, *, internal: bool = False) -> None:
+    """Refuse a target that is not a new or empty directory the tool may fill.
+
+    ``internal``: a tree the tool makes for itself in its work area
+    (``<cache>/work``, e.g. a build tree), the one place in the cache allowed.
+    """
     cache = config.cache_dir.resolve()
     resolved = dest.resolve()
-    if resolved == cache or cache in resolved.parents:
+    work = (cache / WORK_DIR).resolve()
+    allowed = internal and work in resolved.parents
+    if not allowed and (resolved == cache or cache in resolved.parents):
         raise WorkTreeError(
             f"{dest} is inside the vllm-fork cache ({cache}); choose a directory outside it"
         )
@@ -135,7 +143,12 @@ def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
 
 
 def materialize(
-    config: Config, version: str | None, dest: Path, *, keep_failed: bool = False
+    config: Config,
+    version: str | None,
+    dest: Path,
+    *,
+    keep_failed: bool = False,
+    internal: bool = False,
 ) -> MaterializeResult:
     """Create ``dest`` as the work tree of base ``version`` plus its series.
 
@@ -143,15 +156,16 @@ def materialize(
     when complete: a run killed at any point leaves no ``dest`` (its marked
     leftovers are removed by the next run), never a partial one. Runs on the
     same ``dest`` are serialized by a lock; the later one then refuses the
-    finished tree.
+    finished tree. ``internal``: ``dest`` is in the tool's own work area
+    (``<cache>/work``), for build and audit trees.
     """
     base = load_pins(config.bases_file).get(version)
     dest = dest.absolute()
-    _check_target(config, dest)
+    _check_target(config, dest, internal=internal)
     series = load_series(config.series_dir(base.version))
     tag = ensure_upstream(config, base, Fetcher(config))
     with dir_lock(config.cache_dir, dest):
-        _check_target(config, dest)
+        _check_target(config, dest, internal=internal)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             clear_owned(dest.parent, f"{dest.name}.")
