@@ -130,7 +130,7 @@ def topk_softmax(
     topk_indices: torch.Tensor,
     token_expert_indices: torch.Tensor,
     gating_output: torch.Tensor,
-    renormalize: bool,
+    need_renorm: bool,
     num_shared_experts: int = 0,
     shared_expert_scoring_func: str = "",
 ) -> None:
@@ -138,7 +138,7 @@ def topk_softmax(
         raise NotImplementedError("simulated topk_softmax: no fused shared experts")
     scores = gating_output.float().softmax(dim=-1)
     weights, ids = torch.topk(scores, k=topk_indices.shape[-1], dim=-1)
-    _write_topk(weights, ids, topk_weights, topk_indices, renormalize, 1.0)
+    _write_topk(weights, ids, topk_weights, topk_indices, need_renorm, 1.0)
     num_tokens, topk = ids.shape
     rows = torch.arange(topk, device=ids.device) * num_tokens
     token_expert_indices.copy_(
@@ -159,38 +159,51 @@ def topk_sigmoid(
     _write_topk(weights, ids, topk_weights, topk_indices, False, 1.0)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _rms(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, gemma_norm: bool = False
+) -> torch.Tensor:
     xf = x.float()
     out = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (out * weight.float()).to(x.dtype)
+    w = weight.float() + 1 if gemma_norm else weight.float()
+    return (out * w).to(x.dtype)
+
+
+def _model_sensitive(flag: int) -> None:
+    if flag:
+        raise NotImplementedError("simulated rmsnorm: use_model_sensitive_rmsnorm not modelled")
 
 
 @recorded
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float) -> torch.Tensor:
-    return _rms(x, weight, epsilon)
+def rms_norm(
+    input: torch.Tensor, weight: torch.Tensor, epsilon: float, use_model_sensitive_rmsnorm: int = 0
+) -> torch.Tensor:
+    _model_sensitive(use_model_sensitive_rmsnorm)
+    return _rms(input, weight, epsilon)
 
 
 @recorded
 def rmsnorm2d_fwd(
-    x: torch.Tensor, weight: torch.Tensor, epsilon: float, *args, **kwargs
+    input: torch.Tensor, weight: torch.Tensor, epsilon: float, use_model_sensitive_rmsnorm: int = 0
 ) -> torch.Tensor:
-    return _rms(x, weight, epsilon)
+    _model_sensitive(use_model_sensitive_rmsnorm)
+    return _rms(input, weight, epsilon)
 
 
 @recorded
 def rmsnorm2d_fwd_with_add(
     out: torch.Tensor,
-    x: torch.Tensor,
-    residual: torch.Tensor,
+    input: torch.Tensor,
+    residual_in: torch.Tensor,
     residual_out: torch.Tensor,
     weight: torch.Tensor,
     epsilon: float,
-    *args,
-    **kwargs,
+    gemma_norm: bool = False,
+    use_model_sensitive_rmsnorm: int = 0,
 ) -> None:
-    added = (x.float() + residual.float()).to(residual.dtype)
+    _model_sensitive(use_model_sensitive_rmsnorm)
+    added = (input.float() + residual_in.float()).to(residual_in.dtype)
     residual_out.copy_(added)
-    out.copy_(_rms(added, weight, epsilon))
+    out.copy_(_rms(added, weight, epsilon, gemma_norm))
 
 
 _MLA_METADATA_DTYPE = torch.int32
@@ -198,19 +211,22 @@ _MLA_METADATA_DTYPE = torch.int32
 
 @recorded
 def get_mla_metadata_info_v1(
-    max_batch_size: int,
+    batch_size: int,
     max_seqlen_qo: int,
-    num_heads: int,
+    num_head_qo: int,
     q_dtype: torch.dtype,
     kv_dtype: torch.dtype,
-    is_sparse: bool = False,
+    is_sparse: bool,
     fast_mode: bool = True,
+    num_kv_splits: int = 32,
+    intra_batch_mode: bool = False,
+    max_split_per_batch: int = -1,
     **kwargs,
 ) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
     """Sizes and dtypes of the six work buffers, in the order
     (work_meta_data, work_indptr, work_info_set, reduce_indptr,
     reduce_final_map, reduce_partial_map). Simulated sizes are small."""
-    batch = max_batch_size * max_seqlen_qo
+    batch = batch_size * max_seqlen_qo
     dt = _MLA_METADATA_DTYPE
     return (
         ((2,), dt),
@@ -235,13 +251,13 @@ def mla_metadata_fingerprint(*tensors: torch.Tensor) -> int:
 
 @recorded
 def get_mla_metadata_v1(
-    qo_indptr: torch.Tensor,
-    kv_indptr: torch.Tensor,
+    seqlens_qo_indptr: torch.Tensor,
+    seqlens_kv_indptr: torch.Tensor,
     kv_last_page_lens: torch.Tensor,
     num_heads_per_head_k: int,
     num_heads_k: int,
     is_causal: bool,
-    work_metadata: torch.Tensor,
+    work_metadata_ptrs: torch.Tensor,
     work_info_set: torch.Tensor,
     work_indptr: torch.Tensor,
     reduce_indptr: torch.Tensor,
@@ -252,9 +268,9 @@ def get_mla_metadata_v1(
     """Fills every output buffer with ``fingerprint + position`` where the
     fingerprint is mla_metadata_fingerprint(qo_indptr, kv_indptr,
     kv_last_page_lens): outputs tell which inputs they were built from."""
-    fp = mla_metadata_fingerprint(qo_indptr, kv_indptr, kv_last_page_lens)
+    fp = mla_metadata_fingerprint(seqlens_qo_indptr, seqlens_kv_indptr, kv_last_page_lens)
     for out in (
-        work_metadata,
+        work_metadata_ptrs,
         work_info_set,
         work_indptr,
         reduce_indptr,

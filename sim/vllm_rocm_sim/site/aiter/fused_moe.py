@@ -15,11 +15,15 @@ def fused_topk(
     gating_output: torch.Tensor,
     topk: int,
     renormalize: bool,
+    topk_ids: torch.Tensor | None = None,
+    topk_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     num_tokens = gating_output.shape[0]
     device = gating_output.device
-    topk_weights = torch.empty(num_tokens, topk, dtype=torch.float32, device=device)
-    topk_ids = torch.empty(num_tokens, topk, dtype=torch.int32, device=device)
+    if topk_weights is None:
+        topk_weights = torch.empty(num_tokens, topk, dtype=torch.float32, device=device)
+    if topk_ids is None:
+        topk_ids = torch.empty(num_tokens, topk, dtype=torch.int32, device=device)
     scores = gating_output.float().softmax(dim=-1)
     weights, ids = torch.topk(scores, k=topk, dim=-1)
     _write_topk(weights, ids, topk_weights, topk_ids, renormalize, 1.0)

@@ -24,6 +24,12 @@ class AmdSmiException(Exception):
     pass
 
 
+class AmdSmiInitFlags:
+    INIT_ALL_PROCESSORS = 0xFFFFFFFF
+    INIT_AMD_CPUS = 1 << 0
+    INIT_AMD_GPUS = 1 << 1
+
+
 class AmdSmiMemoryType:
     VRAM = 0
     VIS_VRAM = 1
@@ -41,7 +47,7 @@ def _num_gpus() -> int:
     return int(os.environ.get("VLLM_ROCM_SIM_NUM_GPUS", "8"))
 
 
-def amdsmi_init(*args, **kwargs) -> None:
+def amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
     pass
 
 
@@ -58,7 +64,8 @@ def _check_handle(handle: int) -> None:
         raise AmdSmiException(f"no simulated GPU with handle {handle!r}")
 
 
-def amdsmi_get_gpu_asic_info(handle: int) -> dict[str, str]:
+def amdsmi_get_gpu_asic_info(processor_handle: int) -> dict[str, str]:
+    handle = processor_handle
     _check_handle(handle)
     arch = _arch()
     device_id, market_name = _ARCHS[arch]
@@ -73,24 +80,27 @@ def amdsmi_get_gpu_asic_info(handle: int) -> dict[str, str]:
     }
 
 
-def amdsmi_get_gpu_memory_total(handle: int, mem_type: int) -> int:
-    _check_handle(handle)
+def amdsmi_get_gpu_memory_total(processor_handle: int, mem_type: int) -> int:
+    _check_handle(processor_handle)
     if mem_type != AmdSmiMemoryType.VRAM:
         raise AmdSmiException(f"simulated GPUs report VRAM only, not {mem_type!r}")
     return _VRAM_GIB[_arch()] << 30
 
 
-def amdsmi_get_gpu_device_uuid(handle: int) -> str:
-    _check_handle(handle)
-    return f"00000000-0000-0000-0000-{handle:012x}"
+def amdsmi_get_gpu_device_uuid(processor_handle: int) -> str:
+    _check_handle(processor_handle)
+    return f"00000000-0000-0000-0000-{processor_handle:012x}"
 
 
-def amdsmi_topo_get_link_type(handle: int, peer_handle: int) -> dict[str, int]:
-    _check_handle(handle)
-    _check_handle(peer_handle)
-    return {"hops": 0 if handle == peer_handle else 1, "type": _LINK_TYPE_XGMI}
+def amdsmi_topo_get_link_type(
+    processor_handle_src: int, processor_handle_dst: int
+) -> dict[str, int]:
+    _check_handle(processor_handle_src)
+    _check_handle(processor_handle_dst)
+    hops = 0 if processor_handle_src == processor_handle_dst else 1
+    return {"hops": hops, "type": _LINK_TYPE_XGMI}
 
 
-def amdsmi_topo_get_numa_node_number(handle: int) -> int:
-    _check_handle(handle)
+def amdsmi_topo_get_numa_node_number(processor_handle: int) -> int:
+    _check_handle(processor_handle)
     return 0

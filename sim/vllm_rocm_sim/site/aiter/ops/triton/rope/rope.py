@@ -32,12 +32,13 @@ def rope_cached_thd_positions_offsets_2c_fwd_inplace(
     positions: torch.Tensor,
     offsets: torch.Tensor | None,
     rotate_style: int,
-    reuse_freqs_front_part: bool = True,
-    nope_first: bool = False,
+    reuse_freqs_front_part: bool,
+    nope_first: bool,
+    transpose_output: bool = False,
 ) -> None:
     """Rotates x [T, Hq, D] and y [T, Hk, D] in place by the cached cos/sin
     rows [max_pos, D // 2] at positions (+ offsets)."""
-    if not reuse_freqs_front_part or nope_first:
+    if not reuse_freqs_front_part or nope_first or transpose_output:
         raise NotImplementedError("simulated rope: only reuse_freqs_front_part")
     pos = positions.long()
     if offsets is not None:
