@@ -33,7 +33,7 @@ from vllm_fork.changes.state import (
     decide,
 )
 from vllm_fork.config import find_root
-from vllm_fork.series.patches import load_series
+from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,18 @@ def _table(header: Sequence[str], rows: list[list[str]]) -> str:
     return "\n".join([*lines, *(_row(r) for r in rows)])
 
 
-def base_cell(change: registry.Change, version: str, parts: list[str]) -> str:
-    """One README cell: the change's state on ``version`` with its series' parts."""
+def base_cell(
+    change: registry.Change, version: str, parts: list[str], full_only: bool = False
+) -> str:
+    """One README cell: the change's state on ``version`` with its series' parts;
+    ``full_only``: every patch of it is marked ``Fork-Build: full``."""
     state = decide(change.expected_upstream(version), parts)
     if state in (CARRIED, UPSTREAM) and PART_HARDENING in parts:
-        return f"{state} + hardening"
-    if state == UPSTREAM and PART_TESTS in parts:
-        return f"{state} (pinned by tests)"
+        state = f"{state} + hardening"
+    elif state == UPSTREAM and PART_TESTS in parts:
+        state = f"{state} (pinned by tests)"
+    if full_only and state.startswith(CARRIED):
+        state += " (full build only)"
     return state
 
 
@@ -68,12 +73,16 @@ def readme_table(root: Path) -> str:
     pins = load_pins(root / "bases.toml")
     versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
     parts: dict[str, dict[str, list[str]]] = {}
+    full_only: dict[str, set[str]] = {}
     for version in versions:
         series = load_series(root / "series" / version)
         by_change: dict[str, list[str]] = {}
+        builds: dict[str, set[str]] = {}
         for header in series.headers:
             by_change.setdefault(header.change, []).append(header.part)
+            builds.setdefault(header.change, set()).add(header.build)
         parts[version] = by_change
+        full_only[version] = {c for c, b in builds.items() if b == {BUILD_FULL}}
     header = [
         "id",
         "upstream PR",
@@ -83,7 +92,7 @@ def readme_table(root: Path) -> str:
         [
             c.id,
             f"#{c.pr}" if c.pr else "- (vendor)",
-            *(base_cell(c, v, parts[v].get(c.id, [])) for v in versions),
+            *(base_cell(c, v, parts[v].get(c.id, []), c.id in full_only[v]) for v in versions),
         ]
         for c in registry.changes()
     ]
