@@ -122,12 +122,6 @@ def prepare(config: Config, req: BuildRequest) -> Prepared:
     revision = series_revision(series.directory, len(series.patches))
     left_out = tuple(h.file for h in left_out_of(series, req.mode))
     version = fork_version(base.version, revision, left_out=bool(left_out))
-    if left_out:
-        log.warning(
-            f"a {req.mode} build leaves out the full-build-only patch(es) "
-            + ", ".join(f"{h.file} ({h.change})" for h in left_out_of(series, req.mode))
-            + f": the wheel is {version} and lacks them (--mode full includes them)"
-        )
     if req.mode == "precompiled":
         if req.device != "cuda":
             raise UsageError(
@@ -142,6 +136,12 @@ def prepare(config: Config, req: BuildRequest) -> Prepared:
                 f"bases.toml pins no upstream wheel for {base.version}: precompiled mode "
                 "needs one (`vllm-fork pin`), or use --mode full on a build host"
             )
+    if left_out:
+        log.warning(
+            f"a {req.mode} build leaves out the full-build-only patch(es) "
+            + ", ".join(f"{h.file} ({h.change})" for h in left_out_of(series, req.mode))
+            + f": the wheel is {version} and lacks them (--mode full includes them)"
+        )
     plat = req.plat_name or upstream_platform(base)
     if req.mode != "empty" and plat is None:
         raise UsageError(f"no upstream wheel pinned for {base.version}: pass --plat-name")
