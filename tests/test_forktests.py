@@ -12,6 +12,7 @@ import pytest
 from vllm_fork.config import ENV_ROOT
 from vllm_fork.git import run_git
 from vllm_fork.testing.forktests import (
+    NO_GPU_HERE,
     SIM_PLUGIN,
     is_test_module,
     parse_junit,
@@ -33,13 +34,15 @@ Forwarded: no
 """
 
 
-def _commit(tree: Path, files: dict[str, str], subject: str, change: str, part: str) -> None:
+def _commit(
+    tree: Path, files: dict[str, str], subject: str, change: str, part: str, extra: str = ""
+) -> None:
     for rel, text in files.items():
         path = tree / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     run_git(["add", "-A"], cwd=tree)
-    message = HEADER.format(subject=subject, change=change, part=part)
+    message = HEADER.format(subject=subject, change=change, part=part) + extra
     run_git(["commit", "-q", "-m", message], cwd=tree)
 
 
@@ -201,6 +204,47 @@ def test_skips_without_the_patch_prove_nothing(work_tree: Path) -> None:
     assert proof.without is not None and proof.without.skipped == 1
     assert not proof.ok
     assert proof.verdict == "NOT PROVEN: every test skipped without the patch"
+
+
+GPU_TEST = (
+    "import pytest\n\n\ndef test_kernel():\n"
+    "    torch = pytest.importorskip('torch')\n"
+    "    if not torch.cuda.is_available():\n"
+    "        pytest.skip('needs a GPU')\n"
+    "    assert False\n"
+)
+
+
+def test_a_declared_gpu_patch_is_reported_not_judged_without_a_gpu(work_tree: Path) -> None:
+    """Fork-Proof: gpu: on a host without a GPU the patch's tests are not run as a
+    proof; the verdict says so and is not counted as proven or failed."""
+    _commit(
+        work_tree,
+        {"csrc/kernel.cu": "// faster\n", "tests/test_kernel.py": GPU_TEST},
+        "A kernel change",
+        "ar-rms-pack-gate",
+        "change",
+        "Fork-Proof: gpu\n",
+    )
+    [commit] = [c for c in patch_commits(work_tree) if c.subject == "A kernel change"]
+    assert commit.needs_gpu
+    proof = _proofs(work_tree)["A kernel change"]
+    assert proof.without is None and proof.with_ is None
+    assert proof.verdict == NO_GPU_HERE
+    assert proof.ok
+
+
+def test_an_undeclared_gpu_only_patch_is_not_proven(work_tree: Path) -> None:
+    _commit(
+        work_tree,
+        {"csrc/kernel.cu": "// faster\n", "tests/test_kernel.py": GPU_TEST},
+        "A kernel change",
+        "ar-rms-pack-gate",
+        "change",
+    )
+    proof = _proofs(work_tree)["A kernel change"]
+    assert not proof.ok
+    assert proof.verdict.startswith("NOT PROVEN")
 
 
 def test_cli_prove_fail_exits_non_zero_on_an_erroring_series(work_tree: Path) -> None:

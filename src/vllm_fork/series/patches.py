@@ -19,7 +19,7 @@ from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
-KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream", "Fork-Build")
+KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream", "Fork-Proof", "Fork-Build")
 # ``Fork-Build``: which builds can carry the patch. ``full``: only a build that
 # compiles the extensions (a precompiled build leaves the patch out and says so);
 # ``any`` (the default when absent): every build.

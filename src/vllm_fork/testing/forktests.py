@@ -41,6 +41,11 @@ SIM_DIR = "sim"  # in the fork repository, next to bases.toml
 SIM_PACKAGE = "vllm_rocm_sim"
 SIM_PLUGIN = f"{SIM_PACKAGE}.plugin"
 SIM_SELF_TEST = "tests"  # in SIM_DIR
+# A patch whose tests need a GPU declares it; on a host without one it is
+# reported, not judged (its proof is a run on a GPU host: bench/gpu/).
+PROOF_TRAILER = "Fork-Proof"
+PROOF_GPU = "gpu"
+NO_GPU_HERE = "needs a GPU: not judged on this host (Fork-Proof: gpu)"
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class PatchCommit:
     change: str
     part: str
     test_files: tuple[str, ...]
+    # ``Fork-Proof: gpu``: its tests need a CUDA/HIP GPU (they skip elsewhere)
+    needs_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,13 +127,17 @@ class FailProof:
     prove nothing: a test that cannot run cannot tell the patch's absence."""
 
     patch: PatchCommit
-    without: PytestOutcome | None  # None: not judged (tests/support part)
+    without: PytestOutcome | None  # None: not judged (tests/support part, or no GPU here)
     with_: PytestOutcome | None = None
 
     @property
     def verdict(self) -> str:
         if self.without is None:
-            return "pins upstream behaviour" if self.patch.part == PART_TESTS else "not judged"
+            if self.patch.part == PART_TESTS:
+                return "pins upstream behaviour"
+            if self.patch.needs_gpu and self.patch.part in JUDGED_PARTS:
+                return NO_GPU_HERE
+            return "not judged"
         if self.with_ is None or not self.with_.green:
             return "NOT PROVEN: its tests do not pass with the patch"
         if self.without.errors:
@@ -139,7 +150,12 @@ class FailProof:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("fails without the patch", "pins upstream behaviour", "not judged")
+        return self.verdict in (
+            "fails without the patch",
+            "pins upstream behaviour",
+            "not judged",
+            NO_GPU_HERE,
+        )
 
 
 def is_vllm_tree(tree: Path) -> bool:
@@ -180,6 +196,7 @@ def patch_commits(tree: Path) -> list[PatchCommit]:
             change=c.change,
             part=c.part,
             test_files=tuple(f for f in c.paths("A", "M") if is_test_module(f)),
+            needs_gpu=(c.get(PROOF_TRAILER) or "").strip().lower() == PROOF_GPU,
         )
         for c in series_commits(tree)
     ]
@@ -298,14 +315,15 @@ def prove_failing(
     """Run each judged patch's tests on the tree with it (once, all together)
     and on the tree without that patch."""
     commits = [c for c in patch_commits(tree) if c.test_files]
-    judged = [c for c in commits if c.part in JUDGED_PARTS]
+    gpu = has_gpu(python) if any(c.needs_gpu for c in commits) else False
+    judged = [c for c in commits if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
     present = all_test_files(judged, tree)
     with_all = (
         run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet) if present else None
     )
     proofs = []
     for commit in commits:
-        if commit.part not in JUDGED_PARTS:
+        if commit not in judged:
             proofs.append(FailProof(commit, None))
             continue
         with_ = with_all.of_files(commit.test_files) if with_all else None
@@ -323,6 +341,12 @@ def prove_failing(
             run_git(["worktree", "prune"], cwd=tree, check=False)
             shutil.rmtree(scratch, ignore_errors=True)
     return proofs
+
+
+def has_gpu(python: str) -> bool:
+    """Whether torch in the tree's interpreter sees a CUDA or HIP GPU."""
+    probe = Path(__file__).with_name("has_gpu.py")
+    return subprocess.run([python, str(probe)], capture_output=True).returncode == 0
 
 
 def format_proofs(proofs: Sequence[FailProof]) -> str:
