@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vllm_fork.cache import lock_file, staging_dir
+
 _held: dict[Path, int] = {}
 _guard = threading.Lock()
 
@@ -21,7 +23,7 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
     holding the lock, so whatever is there when the lock is first taken was
     left by a killed process and is removed.
     """
-    path = (cache_dir / ".lock").resolve()
+    path = lock_file(cache_dir).resolve()
     with _guard:
         depth = _held.get(path, 0)
         _held[path] = depth + 1
@@ -35,7 +37,7 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        _clear_stale(cache_dir / "tmp")
+        _clear_stale(staging_dir(cache_dir))
         try:
             yield
         finally:

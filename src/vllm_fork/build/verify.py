@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.provenance import PACKAGE_PATH, loads, make_record
 from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.workspace import Workspace
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
 
@@ -75,7 +73,7 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
         report.ok.append("series patches: none (pristine base)")
 
 
-def verify_wheel(config: Config, wheel_path: Path) -> Report:
+def verify_wheel(config: Workspace, wheel_path: Path) -> Report:
     report = Report()
     try:
         _verify(config, Path(wheel_path), report)
@@ -84,7 +82,7 @@ def verify_wheel(config: Config, wheel_path: Path) -> Report:
     return report
 
 
-def _verify(config: Config, wheel_path: Path, report: Report) -> None:
+def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     with Wheel(wheel_path) as wheel:
         problems = wheel.check_record()
         report.check(
@@ -119,11 +117,11 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
         )
 
     try:
-        base = load_pins(config.bases_file).get(record["base"]["version"])
+        base = config.base(record["base"]["version"])
     except (ForkError, KeyError) as exc:
         report.check(False, "base pin", str(exc))
         return
-    series = load_series(config.series_dir(base.version))
+    series = config.series(base.version)
     revision = series_revision(series.directory, len(series.patches))
     expected = make_record(
         base=base,

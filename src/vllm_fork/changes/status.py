@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.config import Config
 from vllm_fork.errors import PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import CHANGE_IDS, DirTree, Finding, GitTree, probe_all
-from vllm_fork.series.patches import Series, load_series
-from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.series.patches import Series
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.export import tree_base
+from vllm_fork.workspace import Workspace
 
 UPSTREAM = "upstream"
 CARRIED = "carried"
@@ -94,16 +92,18 @@ def tree_commits(tree: Path, tag: str) -> list[tuple[str, str]]:
     return [(fields[i].strip(), fields[i + 1].strip()) for i in range(0, len(fields) - 1, 2)]
 
 
-def compute_status(config: Config, version: str | None, tree: Path | None = None) -> StatusReport:
+def compute_status(
+    config: Workspace, version: str | None, tree: Path | None = None
+) -> StatusReport:
     """Status of base + series, or of a materialized work tree on disk (``tree``)."""
     if tree is not None:
         recorded = tree_base(tree)
         if version is not None and version != recorded:
             raise UsageError(f"{tree} is a work tree of {recorded}, not {version}")
         version = recorded
-    base = load_pins(config.bases_file).get(version)
-    series = load_series(config.series_dir(base.version))
-    tag = ensure_upstream(config, base, Fetcher(config))
+    base = config.base(version)
+    series = config.series(base.version)
+    tag = ensure_upstream(config, base)
     repo = config.upstream_repo
     pristine = probe_all(GitTree(repo, tag))
     if tree is not None:

@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
@@ -53,10 +52,11 @@ from vllm_fork.rebase.state import (
 )
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, parse_trailers, read_series_file
-from vllm_fork.sources.pins import check_version, load_pins
+from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.materialize import BASE_KEY, materialize
 from vllm_fork.tree.stacking import import_ref, stack_upstream
+from vllm_fork.workspace import Workspace
 
 BACKUP_PREFIX = "refs/vllm-fork/pre-rebase/"
 LOCK_FILE = "vllm-fork-rebase.lock"
@@ -175,13 +175,13 @@ def _old_series_names(series_dir: Path) -> dict[str, str]:
 # --- start -------------------------------------------------------------------------
 
 
-def _check_versions(config: Config, from_version: str, onto_version: str) -> None:
+def _check_versions(config: Workspace, from_version: str, onto_version: str) -> None:
     check_version(from_version)
     check_version(onto_version)
     if from_version == onto_version:
         raise UsageError(f"--from and --onto are both {from_version}")
     try:
-        load_pins(config.bases_file).get(onto_version)
+        config.base(onto_version)
     except UnknownVersionError as exc:
         raise UnknownVersionError(f"{exc}; run `vllm-fork pin {onto_version}` first") from None
 
@@ -224,7 +224,7 @@ def _series_commits(tree: Path, from_version: str) -> list[Pick]:
 
 
 def start_rebase(
-    config: Config,
+    config: Workspace,
     from_version: str,
     onto_version: str,
     tree: Path,
@@ -265,7 +265,7 @@ def start_rebase(
         if not branch.startswith("refs/heads/"):
             raise WorkTreeError(f"HEAD of {tree} is detached; check out the series branch")
         picks = _series_commits(tree, from_version)
-        ensure_upstream(config, load_pins(config.bases_file).get(onto_version))
+        ensure_upstream(config, config.base(onto_version))
 
         refs = [
             branch,
@@ -305,13 +305,15 @@ def start_rebase(
 # --- the steps ---------------------------------------------------------------------
 
 
-def _step_import(config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None:
+def _step_import(
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
+) -> None:
     parent = _rev(tree, f"refs/tags/{tag_for(state.from_version)}")
     if parent is None:
         raise WorkTreeError(f"{tree} lost its tag {tag_for(state.from_version)}")
     log(f"importing upstream {state.onto_version} on top of {tag_for(state.from_version)}")
     # Again on --continue after an interruption: the cache may have changed meanwhile.
-    ensure_upstream(config, load_pins(config.bases_file).get(state.onto_version))
+    ensure_upstream(config, config.base(state.onto_version))
     commit = stack_upstream(config, tree, state.onto_version, parent)
     run_git(["update-ref", f"refs/tags/{tag_for(state.onto_version)}", commit], cwd=tree)
     # -f: the tree was clean when the rebase started; anything here is a half-done checkout.
@@ -407,7 +409,7 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
 
 
 def _step_finish(
-    config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
 ) -> RebaseResult:
     from vllm_fork.tree.export import export
 
@@ -451,7 +453,9 @@ def _step_finish(
     return RebaseResult(state, exported.written, exported.removed, updated)
 
 
-def _run(config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log) -> RebaseResult:
+def _run(
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
+) -> RebaseResult:
     if state.phase == IMPORTING:
         _step_import(config, tree, git_dir, state, log)
     if state.phase == PICKING:
@@ -565,7 +569,7 @@ def _skip(tree: Path, state: RebaseState) -> None:
 
 
 def continue_rebase(
-    config: Config, tree: Path, *, skip: bool = False, log: Log = print
+    config: Workspace, tree: Path, *, skip: bool = False, log: Log = print
 ) -> RebaseResult:
     """Go on after a conflict (``skip``: drop the conflicted patch) or an interruption."""
     tree = tree.absolute()
@@ -591,7 +595,7 @@ def continue_rebase(
         return _run(config, tree, git_dir, state, log)
 
 
-def abort_rebase(config: Config, tree: Path, *, log: Log = print) -> RebaseState:
+def abort_rebase(config: Workspace, tree: Path, *, log: Log = print) -> RebaseState:
     """Put branch, HEAD, refs, the recorded base and the work tree back as they were."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)

@@ -14,13 +14,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import GitError, UnsafeArchiveError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.lock import cache_lock
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base
 from vllm_fork.sources.unpack import safe_extract
+from vllm_fork.workspace import Workspace
 
 UPSTREAM_NAME = "vLLM upstream"
 UPSTREAM_EMAIL = "vllm-upstream@users.noreply.github.com"
@@ -102,14 +102,14 @@ def import_sdist(repo: Path, version: str, sdist: Path, sha256: str, work: Path)
     return commit_id
 
 
-def ensure_upstream(config: Config, base: Base, fetcher: Fetcher | None = None) -> str:
+def ensure_upstream(config: Workspace, base: Base, fetcher: Fetcher | None = None) -> str:
     """Make sure ``upstream/<V>`` exists in the cache for the pinned sdist; return the tag."""
     repo = config.upstream_repo
     tag = tag_for(base.version)
     with cache_lock(config.cache_dir):
         if imported_sha256(repo, base.version) == base.sdist.sha256:
             return tag
-        fetcher = fetcher or Fetcher(config)
+        fetcher = fetcher or config.fetcher
         sdist = fetcher.ensure(base.sdist)
         init_repo(repo)
         config.tmp_dir.mkdir(parents=True, exist_ok=True)

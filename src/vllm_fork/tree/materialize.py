@@ -13,13 +13,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, GitError, PatchFailedError, WorkTreeError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.workspace import Workspace
 
 BRANCH = "fork"
 BASE_KEY = "vllm-fork.base"
@@ -132,14 +129,14 @@ def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
 
 
 def materialize(
-    config: Config, version: str | None, dest: Path, *, keep_failed: bool = False
+    config: Workspace, version: str | None, dest: Path, *, keep_failed: bool = False
 ) -> MaterializeResult:
     """Create ``dest`` as the work tree of base ``version`` plus its series."""
-    base = load_pins(config.bases_file).get(version)
+    base = config.base(version)
     dest = dest.absolute()
     created = _check_target(dest)
-    series = load_series(config.series_dir(base.version))
-    tag = ensure_upstream(config, base, Fetcher(config))
+    series = config.series(base.version)
+    tag = ensure_upstream(config, base)
     done = False
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
