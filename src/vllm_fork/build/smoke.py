@@ -24,24 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.build.inside import script
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.provenance import PACKAGE_PATH, loads
-
-# Run in the new venv: import vLLM on CPU and report what it sees.
-_CHECK = """
-import importlib.metadata as md, json, os, sys
-import vllm
-print(json.dumps({
-    "version": vllm.__version__,
-    "dist_version": md.version("vllm"),
-    "package_dir": os.path.dirname(vllm.__file__),
-    "python": sys.version.split()[0],
-    "provenance": open(os.path.join(os.path.dirname(vllm.__file__),
-                                    "_fork_provenance.json")).read(),
-}))
-"""
 
 
 class SmokeFailed(ForkError):
@@ -119,10 +106,8 @@ def smoke(
     expected = record["version"]
     keep = venv is not None
     if venv is None:
-        from vllm_fork.build.builder import work_root
-
-        work_root(config).mkdir(parents=True, exist_ok=True)
-        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=work_root(config))) / "venv"
+        config.cache.work.mkdir(parents=True, exist_ok=True)
+        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=config.cache.work)) / "venv"
     elif venv.exists():
         raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
     vpy = venv / "bin" / "python"
@@ -136,7 +121,8 @@ def smoke(
             raise SmokeFailed(f"pip could not install {wheel_path.name} (exit {proc.returncode})")
         t0 = time.monotonic()
         proc2 = subprocess.run(
-            [vpy, "-c", _CHECK],
+            # inside/importcheck.py imports vLLM on CPU and reports what it sees
+            [vpy, "-I", script("importcheck")],
             capture_output=True,
             text=True,
             env=_import_env(),

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.config import Config
+from vllm_fork.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 # --- build -------------------------------------------------------------------------
 
@@ -72,6 +76,12 @@ def build_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the build's environment and command, build nothing",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (wheel, sha256, version, base, series_digest, mode, "
+        "device) instead of the summary lines; with --dry-run, the plan as JSON",
+    )
 
 
 def _full_options(args: argparse.Namespace) -> FullOptions:
@@ -90,7 +100,7 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
     return replace(options, **changes)
 
 
-def build_run(args: argparse.Namespace, config: Config) -> int:
+def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
 
     req = BuildRequest(
@@ -104,9 +114,17 @@ def build_run(args: argparse.Namespace, config: Config) -> int:
         keep_tree=args.keep_tree,
     )
     if args.dry_run:
-        print(dry_run(config, req))
+        text = dry_run(config, req)
+        print(json.dumps({"dry_run": text}, indent=2) if args.json else text)
         return 0
     result = build(config, req)
+    if args.json:
+        log.info(
+            f"vllm {result.version}: built in {result.seconds:.0f} s "
+            f"(vLLM's build step {result.build_seconds:.0f} s)"
+        )
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
+        return 0
     size = result.wheel.stat().st_size / 2**20
     print(f"{result.wheel} ({size:.0f} MiB)")
     print(
@@ -123,7 +141,7 @@ def verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("wheel", type=Path, metavar="WHEEL")
 
 
-def verify_run(args: argparse.Namespace, config: Config) -> int:
+def verify_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.verify import verify_wheel
 
     report = verify_wheel(config, args.wheel)
@@ -144,7 +162,7 @@ def smoke_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def smoke_run(args: argparse.Namespace, config: Config) -> int:
+def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.smoke import format_result, smoke
 
     result = smoke(config, args.wheel, venv=args.venv)

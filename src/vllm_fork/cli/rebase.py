@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import UsageError
+from vllm_fork.workspace import Workspace
 
 
 def rebase_args(p: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def rebase_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def rebase_run(args: argparse.Namespace, config: Config) -> int:
+def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.rebase.engine import (
         RebaseConflict,
         abort_rebase,
@@ -106,11 +106,17 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--series", metavar="V", help="the series to check (default: the default base's)"
     )
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the matrix as JSON")
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write the matrix as JSON to FILE; '-': the JSON alone on stdout "
+        "(the table then goes to stderr)",
+    )
     p.add_argument("--no-cache", action="store_true", help="recompute every row")
 
 
-def matrix_run(args: argparse.Namespace, config: Config) -> int:
+def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 
     def log(line: str) -> None:
@@ -119,10 +125,12 @@ def matrix_run(args: argparse.Namespace, config: Config) -> int:
     matrix = compute_matrix(
         config, args.releases, args.series, use_cache=not args.no_cache, log=log
     )
-    print(format_matrix(matrix))
+    to_stdout = args.json is not None and str(args.json) == "-"
+    # stdout carries one result: the JSON when asked for there, else the table
+    print(format_matrix(matrix), file=sys.stderr if to_stdout else sys.stdout)
     if args.json:
         text = json.dumps(matrix.to_json(), indent=2, sort_keys=True) + "\n"
-        if str(args.json) == "-":
+        if to_stdout:
             sys.stdout.write(text)
         else:
             args.json.write_text(text)
