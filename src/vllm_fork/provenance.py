@@ -30,16 +30,6 @@ if TYPE_CHECKING:
 
 SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"
-PR_URL = "https://github.com/vllm-project/vllm/pull/"
-
-# The upstream PR each change implements or hardens (docs: changes.md).
-CHANGE_PRS: dict[str, str] = {
-    "rope-cache-dtype": PR_URL + "41113",
-    "rope-bf16-buffer": PR_URL + "42833",
-    "moe-bias-precast": PR_URL + "39999",
-    "dsv32-decode": PR_URL + "42982",
-    "ar-rms-pack-gate": PR_URL + "42409",
-}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -47,10 +37,14 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def upstream_pr(change: str, origin: str) -> str | None:
-    """The PR of a ``backport, <url>`` origin, else the PR the change belongs to."""
+    """The PR of a ``backport, <url>`` origin, else the PR the change belongs to
+    (from the change registry; None for support patches)."""
+    from vllm_fork.changes import registry
+
     if origin.startswith("backport,"):
         return origin.split(",", 1)[1].strip() or None
-    return CHANGE_PRS.get(change)
+    entry = registry.find(change)
+    return entry.pr_url if entry is not None else None
 
 
 class MalformedRecord(ValueError):

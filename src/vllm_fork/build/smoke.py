@@ -26,6 +26,7 @@ from typing import Any
 
 from vllm_fork.build.inside import script
 from vllm_fork.build.wheelfile import Wheel
+from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.provenance import PACKAGE_PATH, loads
@@ -65,7 +66,7 @@ def check_changes(
     patches = record["series"]["patches"]
     for change, finding in findings.items():
         related = [p for p in patches if p["change"] == change]
-        carrying = [p for p in related if p.get("part", "change") == "change"]
+        carrying = [p for p in related if carries([p.get("part", PART_CHANGE)])]
         py = sorted({path for p in carrying for path in _py_paths(p.get("paths", []))})
         files = ", ".join(p["file"] for p in related)
         state = f"{finding.state}: {finding.reason}"

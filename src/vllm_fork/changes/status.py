@@ -13,18 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.changes import registry
+from vllm_fork.changes.state import CARRIED, MISSING, NA, UPSTREAM, decide
 from vllm_fork.errors import PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.probes import CHANGE_IDS, DirTree, Finding, GitTree, probe_all
+from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.export import tree_base
 from vllm_fork.workspace import Workspace
 
-UPSTREAM = "upstream"
-CARRIED = "carried"
-NA = "n/a"
-MISSING = "missing"
+__all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
 
 
 @dataclass(frozen=True)
@@ -73,23 +72,31 @@ def series_tree(repo: Path, tag: str, series: Series) -> str:
         return git_out(["write-tree"], env=env)
 
 
-def classify(pristine: Finding, patched: Finding) -> tuple[str, str, dict[str, bool]]:
-    """State of one change from its findings on the base and on base + series."""
-    if pristine.state == "present":
-        return UPSTREAM, pristine.reason, dict(patched.hardening)
-    if pristine.state == "n/a":
-        return NA, pristine.reason, {}
-    if patched.state == "present":
-        return CARRIED, patched.reason, dict(patched.hardening)
-    return MISSING, patched.reason, dict(patched.hardening)
+def classify(
+    pristine: Finding, patched: Finding, parts: list[str]
+) -> tuple[str, str, dict[str, bool]]:
+    """State of one change from its findings on the base and on base + series,
+    and the parts of the patches that carry it."""
+    state = decide(pristine.state, parts, patched=patched.state)
+    if state == NA:
+        return state, pristine.reason, {}
+    reason = pristine.reason if state == UPSTREAM else patched.reason
+    return state, reason, dict(patched.hardening)
 
 
-def tree_commits(tree: Path, tag: str) -> list[tuple[str, str]]:
-    """(subject, Fork-Change) of each commit of a work tree after ``tag``, oldest first."""
-    fmt = "%s%x00%(trailers:key=Fork-Change,valueonly,separator=%x2C)%x00"
+def tree_commits(tree: Path, tag: str) -> list[tuple[str, str, str]]:
+    """(subject, Fork-Change, Fork-Part) of each commit of a work tree after ``tag``,
+    oldest first."""
+    fmt = (
+        "%s%x00%(trailers:key=Fork-Change,valueonly,separator=%x2C)%x00"
+        "%(trailers:key=Fork-Part,valueonly,separator=%x2C)%x00"
+    )
     out = git_out(["log", "--reverse", f"--format={fmt}", f"{tag}..HEAD"], cwd=tree)
     fields = out.split("\0")
-    return [(fields[i].strip(), fields[i + 1].strip()) for i in range(0, len(fields) - 1, 2)]
+    return [
+        (fields[i].strip(), fields[i + 1].strip(), fields[i + 2].strip())
+        for i in range(0, len(fields) - 2, 3)
+    ]
 
 
 def compute_status(
@@ -109,20 +116,26 @@ def compute_status(
     if tree is not None:
         patched = probe_all(DirTree(tree))
         commits = tree_commits(tree, tag)
-        names = tuple(subject for subject, _ in commits)
-
-        def carrying(change: str) -> list[str]:
-            return [s for s, c in commits if change in c.split(",")]
+        names = tuple(subject for subject, _, _ in commits)
+        # (name, change, part) of each patch, as committed in the tree
+        patches = [(s, c, p) for s, changes, p in commits for c in changes.split(",")]
     else:
         patched = (
             probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine
         )
         names = tuple(p.name for p in series.patches)
-        carrying = series.carrying
+        patches = [
+            (p.name, h.change, h.part) for p, h in zip(series.patches, series.headers, strict=True)
+        ]
     changes = []
-    for change in CHANGE_IDS:
-        state, reason, hardening = classify(pristine[change], patched[change])
-        changes.append(ChangeStatus(change, state, reason, tuple(carrying(change)), hardening))
+    for change in registry.change_ids():
+        mine = [(name, part) for name, c, part in patches if c == change]
+        state, reason, hardening = classify(
+            pristine[change], patched[change], [part for _, part in mine]
+        )
+        changes.append(
+            ChangeStatus(change, state, reason, tuple(name for name, _ in mine), hardening)
+        )
     return StatusReport(base.version, names, tuple(changes))
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from vllm_fork.changes import registry
+from vllm_fork.changes.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
@@ -37,12 +39,6 @@ from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.workspace import Workspace
-
-CARRIED = "carried"
-UPSTREAM = "upstream"
-NA = "n/a"
-CONFLICT = "conflict"
-MISSING = "missing"
 
 P_APPLIED = "applied"
 P_ABSORBED = "absorbed"
@@ -148,11 +144,12 @@ def series_hash(series: Series) -> str:
 
 
 def code_hash() -> str:
-    """Hash of the code a row depends on: this module and the probes."""
+    """Hash of the code a row depends on: this module, the change registry, the
+    state rule and the probes."""
     from vllm_fork import probes
+    from vllm_fork.changes import state
 
-    here = Path(__file__)
-    files = [here]
+    files = [Path(__file__), Path(registry.__file__), Path(state.__file__)]
     probes_path = Path(probes.__file__)
     if probes_path.name == "__init__.py":
         files += sorted(probes_path.parent.glob("*.py"))
@@ -161,6 +158,8 @@ def code_hash() -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    # a change registered at run time (not in the module's text) changes the rows too
+    digest.update(repr(registry.changes()).encode())
     return digest.hexdigest()
 
 
@@ -346,7 +345,7 @@ def prime(work: Scratch, series: Series, base_tag: str) -> None:
 
 
 def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) -> ReleaseRow:
-    from vllm_fork.probes import CHANGE_IDS, GitTree, probe_all
+    from vllm_fork.probes import GitTree, probe_all
 
     tag = tag_for(version)
     findings = probe_all(GitTree(work.repo, tag))
@@ -354,28 +353,20 @@ def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) 
     work.read_tree(tag)
     for patch, header in zip(series.patches, series.headers, strict=True):
         finding = findings.get(header.change)
-        if header.part == "change" and finding is not None and finding.state == "present":
+        if header.part == PART_CHANGE and finding is not None and finding.state == "present":
             result, detail = P_ABSORBED, f"upstream has it: {finding.reason}"
         else:
             result, detail = work.apply(patch)
         row.patches.append(PatchResult(patch.name, header.change, header.part, result, detail))
-    for change in CHANGE_IDS:
+    for change in registry.change_ids():
         finding = findings[change]
         mine = [p for p in row.patches if p.change == change]
         names = [p.file for p in mine]
-        if finding.state == "present":
-            state = UPSTREAM
-        elif finding.state == "n/a":
-            state = NA
-        elif not any(p.part == "change" for p in mine):
-            # Tests, hardening or support without the change itself: the
-            # release still lacks it (e.g. the 0.21.0 series only pins
-            # moe-bias-precast, which 0.19.1 does not have).
-            state = MISSING
-        elif any(p.result == P_FAILED for p in mine):
-            state = CONFLICT
-        else:
-            state = CARRIED
+        state = decide(
+            finding.state,
+            [p.part for p in mine],
+            failed=any(p.result == P_FAILED for p in mine),
+        )
         row.changes[change] = ChangeCell(state, finding.reason, dict(finding.hardening), names)
     return row
 
@@ -389,8 +380,6 @@ def compute_matrix(
     log: Log = lambda _line: None,
     fetcher: Fetcher | None = None,
 ) -> Matrix:
-    from vllm_fork.probes import CHANGE_IDS
-
     pins = config.pins
     series_base = pins.get(series_version)
     series = config.series(series_base.version)
@@ -425,7 +414,7 @@ def compute_matrix(
         series_base.version,
         series_sha,
         [p.name for p in series.patches],
-        list(CHANGE_IDS),
+        list(registry.change_ids()),
         rows,
     )
 
@@ -462,10 +451,5 @@ def format_matrix(matrix: Matrix) -> str:
     if unavailable:
         lines.append("")
         lines += [f"{row.version}: {row.error}" for row in unavailable]
-    lines += [
-        "",
-        "carried: the series brings it; upstream: the release has it; n/a: the release "
-        "lacks the code it changes;",
-        "conflict: a patch of it does not apply; missing: neither upstream nor the series has it.",
-    ]
+    lines += ["", *LEGEND.splitlines()]
     return "\n".join(lines)

@@ -13,20 +13,19 @@ import email.policy
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.changes.state import PARTS
 from vllm_fork.errors import SeriesError
 from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
-SUPPORT_CHANGE = "rocm-sim"
-PARTS = ("change", "hardening", "tests", "support")
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
 KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream")
 
 
 def known_changes() -> tuple[str, ...]:
-    from vllm_fork.probes import CHANGE_IDS
+    from vllm_fork.changes import registry
 
-    return (*CHANGE_IDS, SUPPORT_CHANGE)
+    return registry.header_ids()
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.changes.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.errors import ForkError, WorkTreeError
 from vllm_fork.git import git_out, run_git
 from vllm_fork.series.patches import parse_trailers
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.export import tree_base
 
-JUDGED_PARTS = ("change", "hardening")
 SIM_PLUGIN = "tests/rocm/sim/plugin.py"
 
 
@@ -77,7 +77,7 @@ class FailProof:
     @property
     def verdict(self) -> str:
         if self.without is None:
-            return "pins upstream behaviour" if self.patch.part == "tests" else "not judged"
+            return "pins upstream behaviour" if self.patch.part == PART_TESTS else "not judged"
         if self.without.red:
             return "fails without the patch"
         if self.without.passed == 0:
