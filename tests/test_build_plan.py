@@ -330,7 +330,7 @@ def test_cli_dry_run(
 # vllm/ files, the version from VLLM_VERSION_OVERRIDE, a correct RECORD. Meanwhile
 # another run takes the cache lock, as a download would.
 FAKE_BACKEND = """\
-import base64, csv, hashlib, io, os, zipfile
+import base64, csv, hashlib, io, os, warnings, zipfile
 from pathlib import Path
 
 
@@ -361,6 +361,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
         for member, data in files.items():
             zf.writestr(member, data)
+    warnings.warn("setuptools-scm: a noisy backend warning")
     print("creating build/not-this.whl")  # a last log line that names another file
     return name
 """
@@ -440,6 +441,7 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    recwarn: pytest.WarningsRecorder,
 ) -> None:
     """The backend named by the tree's pyproject.toml builds the wheel through the hook;
     the wheel is the one the hook names; the build tree outlives a cache lock taken
@@ -453,7 +455,11 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     assert main([*argv, "-o", str(dist), "--json"]) == 0
     # one command: bases.toml parsed once, the series read once, at most one fetcher
     assert (loads["pins"], loads["series"]) == (1, 1) and loads["fetchers"] <= 1
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    # the backend's warnings go to its log, not to the terminal
+    assert "noisy backend warning" not in captured.err
+    assert not [w for w in recwarn if "noisy backend warning" in str(w.message)]
     wheel = dist / "vllm-9.9.9+hardened.2-py3-none-any.whl"
     assert data == {
         "wheel": str(wheel),

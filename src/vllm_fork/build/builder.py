@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -225,6 +226,16 @@ def _failure(log_path: Path, what: str) -> BuildFailed:
     return BuildFailed(f"{what}; last lines:\n{tail}\nfull log: {log_path}")
 
 
+def _log_warnings(caught: list[warnings.WarningMessage], log_path: Path) -> None:
+    with open(log_path, "a", encoding="utf-8") as fh:
+        for w in caught:
+            if issubclass(w.category, pyproject_hooks.BuildBackendWarning):
+                fh.write(f"build backend warning: {w.message}\n")
+                log.debug(f"build backend warning: {w.message}")
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def run_backend(plan: BuildPlan, log_path: Path) -> str:
     """Call the plan's ``build_wheel`` hook; the wheel's file name, as the hook returns it.
 
@@ -252,7 +263,11 @@ def run_backend(plan: BuildPlan, log_path: Path) -> str:
     )
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        name = hooks.build_wheel(str(plan.out_dir), plan.config_settings)
+        # the backend's warnings come back through the hook: into the log, not the terminal
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pyproject_hooks.BuildBackendWarning)
+            name = hooks.build_wheel(str(plan.out_dir), plan.config_settings)
+        _log_warnings(caught, log_path)
     except (pyproject_hooks.BackendUnavailable, pyproject_hooks.HookMissing) as exc:
         raise _failure(
             log_path, f"the build backend {backend.name} cannot be used: {exc!r}"
