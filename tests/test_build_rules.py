@@ -142,3 +142,15 @@ def test_series_revision(tmp_path: Path) -> None:
     (tmp_path / "revision").write_text("seven\n")
     with pytest.raises(SeriesError, match="one non-negative integer"):
         series_revision(tmp_path, 4)
+
+
+def test_overwritten_paths_are_listed_in_one_module() -> None:
+    import vllm_fork
+
+    src = Path(vllm_fork.__file__).parent
+    holders = sorted(
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if "vllm/third_party/" in p.read_text() or "vllm/vllm_flash_attn/" in p.read_text()
+    )
+    assert holders == ["build/rules.py"]

@@ -71,7 +71,7 @@ def test_hostile_sdist_exit_1_and_nothing_imported(
     code, _, err = run(capsys, "materialize", str(target))
     assert code == 1
     assert err == (
-        "vllm-fork: error: refusing archive member 'vllm-9.9.9/../../evil.py': "
+        "vllm-fork: error: vllm-9.9.9.tar.gz: refusing archive member 'vllm-9.9.9/../../evil.py': "
         "'..' path component\n"
     )
     assert not target.exists()

@@ -15,6 +15,9 @@
         .vllm-fork-ready      written last: the environment is complete
       build-env/.lock         the lock of the build environments
       matrix/<V>-<key>.json   cached rows of `vllm-fork matrix`
+      state/upstream.json     what upstream.git's imports were made from
+      state/dist/<file>.sha256  the sha256 a download had when verified
+      locks/<key>.lock        one lock per work-tree directory being made
 """
 
 from __future__ import annotations
@@ -91,3 +94,13 @@ class CacheLayout:
 
     def matrix_row(self, version: str, key: str) -> Path:
         return self.matrix_rows / f"{version}-{key[:24]}.json"
+
+    def download_record(self, filename: str) -> Path:
+        return self.root / "state" / "dist" / f"{filename}.sha256"
+
+    @property
+    def upstream_record(self) -> Path:
+        return self.root / "state" / "upstream.json"
+
+    def dir_lock(self, key: str) -> Path:
+        return self.root / "locks" / f"{key}.lock"

@@ -307,7 +307,7 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
             f"materializing vLLM {prep.base.version} + {len(prep.series.patches)} patch(es) "
             f"into {tree}"
         )
-        materialize(config, prep.base.version, tree)
+        materialize(config, prep.base.version, tree, internal=True)
         record = make_record(
             base=prep.base,
             series=prep.series,

@@ -9,41 +9,18 @@ must be built with ``--mode full`` on a build host.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.diffs import touched_paths
+
 # Sources compiled into the upstream binaries.
 COMPILED_PREFIXES = ("csrc/", "cmake/")
 COMPILED_FILES = ("CMakeLists.txt",)
-# Paths vLLM's precompiled mode overwrites with the upstream wheel's copy.
+# Paths vLLM's precompiled mode overwrites with the upstream wheel's copy. The
+# one list: export refuses a series that changes them, whatever the build mode.
 OVERWRITTEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
-
-_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
-_RENAME = re.compile(r"^rename (?:from|to) (.+)$")
-_MINUS_PLUS = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.+?)\t?$")
-
-
-def touched_paths(patch_text: str) -> list[str]:
-    """Every path a ``git format-patch`` file changes, creates, deletes or renames."""
-    paths: list[str] = []
-
-    def add(path: str) -> None:
-        if path != "/dev/null" and path not in paths:
-            paths.append(path)
-
-    in_header = False  # between "diff --git" and the first hunk of a file
-    for line in patch_text.splitlines():
-        if m := _DIFF_GIT.match(line):
-            in_header = True
-            add(m.group(1))
-            add(m.group(2))
-        elif line.startswith("@@"):
-            in_header = False
-        elif in_header and (m := _RENAME.match(line) or _MINUS_PLUS.match(line)):
-            add(m.group(1))
-    return paths
 
 
 def precompiled_reason(path: str) -> str | None:
@@ -67,7 +44,7 @@ def precompiled_conflicts(patches: Iterable[Path]) -> list[Conflict]:
     found: list[Conflict] = []
     for patch in patches:
         text = Path(patch).read_text(encoding="utf-8", errors="replace")
-        for path in touched_paths(text):
+        for path in touched_paths(text, Path(patch).name):
             reason = precompiled_reason(path)
             if reason:
                 found.append(Conflict(Path(patch).name, path, reason))

@@ -20,7 +20,7 @@ from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
-from vllm_fork.tree.export import tree_base
+from vllm_fork.tree.commits import series_commits, tree_base
 from vllm_fork.workspace import Workspace
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
@@ -84,21 +84,6 @@ def classify(
     return state, reason, dict(patched.hardening)
 
 
-def tree_commits(tree: Path, tag: str) -> list[tuple[str, str, str]]:
-    """(subject, Fork-Change, Fork-Part) of each commit of a work tree after ``tag``,
-    oldest first."""
-    fmt = (
-        "%s%x00%(trailers:key=Fork-Change,valueonly,separator=%x2C)%x00"
-        "%(trailers:key=Fork-Part,valueonly,separator=%x2C)%x00"
-    )
-    out = git_out(["log", "--reverse", f"--format={fmt}", f"{tag}..HEAD"], cwd=tree)
-    fields = out.split("\0")
-    return [
-        (fields[i].strip(), fields[i + 1].strip(), fields[i + 2].strip())
-        for i in range(0, len(fields) - 2, 3)
-    ]
-
-
 def compute_status(
     config: Workspace, version: str | None, tree: Path | None = None
 ) -> StatusReport:
@@ -115,10 +100,10 @@ def compute_status(
     pristine = probe_all(GitTree(repo, tag))
     if tree is not None:
         patched = probe_all(DirTree(tree))
-        commits = tree_commits(tree, tag)
-        names = tuple(subject for subject, _, _ in commits)
+        commits = series_commits(tree, tag)
+        names = tuple(c.subject for c in commits)
         # (name, change, part) of each patch, as committed in the tree
-        patches = [(s, c, p) for s, changes, p in commits for c in changes.split(",")]
+        patches = [(c.subject, ch, c.part) for c in commits for ch in c.values("Fork-Change")]
     else:
         patched = (
             probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine

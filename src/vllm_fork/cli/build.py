@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 def build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
     p.add_argument(
+        "--allow-unsupported",
+        action="store_true",
+        help="build a base that bases.toml does not mark supported",
+    )
+    p.add_argument(
         "--mode",
         choices=MODES,
         default="precompiled",
@@ -102,6 +107,17 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
 
 def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
+    from vllm_fork.errors import UnsupportedBaseError
+    from vllm_fork.sources.pins import require_supported
+
+    base = config.base(args.base)
+    require_supported(config, base, allow=args.allow_unsupported)
+    if not config.series(base.version).patches:
+        # A wheel labelled +hardened would claim hardening that is not in it.
+        raise UnsupportedBaseError(
+            f"series/{base.version} has no patches: there is nothing to build "
+            f"(upstream's own vllm {base.version} wheel is the same code)"
+        )
 
     req = BuildRequest(
         base=args.base,

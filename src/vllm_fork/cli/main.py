@@ -12,7 +12,9 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,8 +23,8 @@ from pathlib import Path
 from vllm_fork import __version__, log
 from vllm_fork.cli import build as cli_build
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
-from vllm_fork.config import load_config
-from vllm_fork.errors import ForkError
+from vllm_fork.config import ENV_CACHE, load_config
+from vllm_fork.errors import CacheError, ForkError
 from vllm_fork.workspace import Workspace
 
 
@@ -91,12 +93,23 @@ def _materialize_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="on a failing patch keep DIR at the last patch that applied",
     )
+    _allow_unsupported_arg(p)
     p.add_argument("dir", type=Path, metavar="DIR", help="new (or empty) directory")
 
 
+def _allow_unsupported_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-unsupported",
+        action="store_true",
+        help="use a base that bases.toml does not mark supported (its tree is not hardened)",
+    )
+
+
 def _materialize_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.sources.pins import require_supported
     from vllm_fork.tree.materialize import materialize
 
+    require_supported(config, config.base(args.base), allow=args.allow_unsupported)
     result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
     print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
     return 0
@@ -107,12 +120,17 @@ def _materialize_run(args: argparse.Namespace, config: Workspace) -> int:
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="export even from a detached or non-tip HEAD, or when patches would be dropped",
+    )
 
 
 def _export_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.tree.export import export
 
-    result = export(config, args.dir)
+    result = export(config, args.dir, force=args.force)
     state = "changed" if result.changed else "unchanged"
     print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
     for name in result.written:
@@ -276,10 +294,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind so that temporary files are removed."""
+
+
+def _on_term(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _fs_message(exc: OSError) -> str:
+    where = f" {exc.filename}" if exc.filename else ""
+    return (
+        f"file-system error at{where}: {exc.strerror or exc} (check that the path is a "
+        f"writable directory; the cache can be moved with {ENV_CACHE})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     log.setup(1 if args.verbose else -1 if args.quiet else 0)
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGTERM, _on_term)
     try:
         return args._command.run(args, _workspace(args))
     except ForkError as exc:
@@ -287,13 +325,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"vllm-fork: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except BrokenPipeError:
-        # Output piped into e.g. `head`: not an error of ours.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        return 0
+    except Terminated:
+        print("vllm-fork: terminated (SIGTERM); nothing partial was left", file=sys.stderr)
+        return 143
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            return 0
+        if args.verbose:
+            traceback.print_exc()
+        print(f"vllm-fork: error: {_fs_message(exc)}", file=sys.stderr)
+        return CacheError.exit_code
     except KeyboardInterrupt:
         print("vllm-fork: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(
+            f"vllm-fork: internal error: {type(exc).__name__}: {exc} "
+            "(a bug: rerun with -v for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 70
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,30 @@
 """`vllm-fork rebase`: move a work tree's series from upstream V1 onto V2.
 
+The whole state machine is in this file. Around it: ``state.py`` writes the
+state to disk, ``replay.py`` replays one commit (3-way cherry-pick),
+``conflicts.py`` describes a stop, ``cli/rebase.py`` is the front end.
+
+::
+
+    start_rebase: checks, backup ref, state file
+      |
+      v
+    IMPORTING --_step_import: V2 on top of V1, HEAD detached--+
+                                                              |
+      +-------------------------------------------------------+
+      v
+    PICKING --_step_picks: patch i applied or absorbed--> PICKING (i + 1)
+      |   |
+      |   +--3-way conflict--> CONFLICT --continue (_resolve): applied--> PICKING (i + 1)
+      |                                 --skip (_skip): dropped---------> PICKING (i + 1)
+      | every patch replayed
+      v
+    FINISHING --_step_finish: branch, base V2, export, history--> done
+
+    --abort (abort_rebase), from any phase: refs, HEAD, recorded base and
+    the series files written so far are put back exactly as they were.
+    --continue after a crash resumes the phase the state file names (_run).
+
 Steps (each one recorded in ``.git/vllm-fork-rebase.json`` before it runs,
 so that ``--continue`` and ``--abort`` work after a stop or a crash):
 
@@ -25,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork import faults
 from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
@@ -51,9 +77,10 @@ from vllm_fork.rebase.state import (
     save_state,
 )
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
-from vllm_fork.series.patches import SERIES_FILE, parse_patch, parse_trailers, read_series_file
+from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.tree.commits import read_commits, series_commits
 from vllm_fork.tree.materialize import BASE_KEY, materialize
 from vllm_fork.tree.stacking import import_ref, stack_upstream
 from vllm_fork.workspace import Workspace
@@ -201,26 +228,10 @@ def _check_clean(tree: Path, git_dir: Path) -> None:
 
 
 def _series_commits(tree: Path, from_version: str) -> list[Pick]:
-    tag = tag_for(from_version)
-    if not ref_exists(find_git_dir(tree), f"refs/tags/{tag}"):
-        raise WorkTreeError(f"{tree} has no tag {tag}")
-    if run_git(["merge-base", "--is-ancestor", tag, "HEAD"], cwd=tree, check=False).returncode:
-        raise WorkTreeError(f"HEAD of {tree} does not descend from {tag}")
-    if git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree):
-        raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
-    picks = []
-    for commit in git_out(["rev-list", "--reverse", f"{tag}..HEAD"], cwd=tree).split():
-        message = git_out(["log", "-1", "--format=%B", commit], cwd=tree)
-        trailers = dict((k.lower(), v) for k, v in parse_trailers(message))
-        picks.append(
-            Pick(
-                commit=commit,
-                subject=message.splitlines()[0] if message else "",
-                change=trailers.get("fork-change", ""),
-                part=trailers.get("fork-part", ""),
-            )
-        )
-    return picks
+    return [
+        Pick(commit=c.sha, subject=c.subject, change=c.change, part=c.part)
+        for c in series_commits(tree, tag_for(from_version))
+    ]
 
 
 def start_rebase(
@@ -331,9 +342,8 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
     current = state.picks[state.next]
     if head != state.expect_head:
         parent = _rev(tree, "HEAD^")
-        same = git_out(["log", "-1", "--format=%B", head], cwd=tree) == git_out(
-            ["log", "-1", "--format=%B", current.commit], cwd=tree
-        )
+        messages = {c.sha: c.message for c in read_commits(tree, [head, current.commit])}
+        same = messages.get(head) == messages.get(current.commit)
         if parent == state.expect_head and same and not _status(tree):
             current.result, current.detail, current.new_commit = APPLIED, "applied", head
             return True
@@ -351,14 +361,10 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
 def _added_by_absorbed(tree: Path, done: list[Pick]) -> dict[str, str]:
     """Files that the absorbed patches among ``done`` added, each with its patch's subject."""
     added: dict[str, str] = {}
-    for p in done:
-        if p.result != ABSORBED:
-            continue
-        names = git_out(
-            ["diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=A", p.commit],
-            cwd=tree,
-        )
-        for name in names.splitlines():
+    absorbed = [p for p in done if p.result == ABSORBED]
+    commits = {c.sha: c for c in read_commits(tree, [p.commit for p in absorbed])}
+    for p in absorbed:
+        for name in commits[p.commit].paths("A"):
             added.setdefault(name, p.subject)
     return added
 
@@ -404,6 +410,7 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
         state.next += 1
         state.expect_head = _head(tree)
         save_state(git_dir, state)
+        faults.point("rebase.pick")
     state.phase = FINISHING
     save_state(git_dir, state)
 
@@ -437,7 +444,9 @@ def _step_finish(
             Path(state.series_dir), [old_series / a.patch for a in absorbed]
         )
         save_state(git_dir, state)
-    exported = export(config, tree)
+    faults.point("rebase.finish")
+    # The rebase replaces the onto series on purpose (absorbed patches are recorded below).
+    exported = export(config, tree, force=True)
     write_series_history(Path(state.series_dir), state.onto_version, absorbed)
     updated = []
     for entry in absorbed:

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +23,17 @@ from packaging.utils import canonicalize_name
 from pypi_simple import DistributionPackage, NoSuchProjectError, ProjectPage, PyPISimple
 from pypi_simple.progress import ProgressTracker, null_progress_tracker, tqdm_progress_factory
 
-from vllm_fork import __version__
-from vllm_fork.config import Config
+from vllm_fork import __version__, faults
+from vllm_fork.config import ENV_CACHE, Config
 from vllm_fork.errors import (
+    CacheError,
     ForkError,
     HashMismatchError,
     NetworkError,
     NotOnIndexError,
     OfflineError,
 )
-from vllm_fork.lock import cache_lock
+from vllm_fork.lock import cache_lock, owned_tempfile
 from vllm_fork.sources.pins import FilePin
 from vllm_fork.sources.pipconf import PipConfig, load_pip_config
 
@@ -206,15 +206,16 @@ class Fetcher:
             if path.is_file():
                 actual = sha256_file(path)
                 if actual == pin.sha256:
+                    self._remember(path, actual)
                     return path
+                reason = self._stale_reason(pin, path, actual)
                 path.unlink()
                 if self.config.offline:
                     raise OfflineError(
-                        f"cached {pin.filename} was corrupt (sha256 {actual}, pinned "
-                        f"{pin.sha256}) and was removed; offline mode is on, so it cannot "
-                        "be downloaded again"
+                        f"{reason}; it was removed, and offline mode is on, so it cannot be "
+                        "downloaded again (run `vllm-fork fetch` with network access)"
                     )
-                log.warning("cached %s is corrupt, downloading it again", pin.filename)
+                log.warning("%s; downloading the pinned file", reason)
             elif self.config.offline:
                 raise OfflineError(
                     f"{pin.filename} is not in the cache ({self.config.dist_dir}) and offline "
@@ -225,16 +226,45 @@ class Fetcher:
             self._download_verified(located, pin, path)
             return path
 
-    def _download_verified(self, located: Located, pin: FilePin, path: Path) -> None:
-        self.config.tmp_dir.mkdir(parents=True, exist_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{pin.filename}.", suffix=".part", dir=self.config.tmp_dir
+    def _record(self, path: Path) -> Path:
+        return self.config.cache.download_record(path.name)
+
+    def _remember(self, path: Path, digest: str) -> None:
+        """Record the sha256 a cached file had when verified (to tell a changed pin from
+        damage later); a cache that cannot be written just goes without."""
+        record = self._record(path)
+        try:
+            if not record.is_file() or record.read_text().strip() != digest:
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(digest + "\n")
+        except OSError:
+            pass
+
+    def _stale_reason(self, pin: FilePin, path: Path, actual: str) -> str:
+        """Why a cached file does not match its pin: the pin changed, or the file is corrupt."""
+        record = self._record(path)
+        stored = record.read_text().strip() if record.is_file() else None
+        if stored == actual:
+            return (
+                f"the pin of {pin.filename} changed: the cached file has sha256 {actual}, "
+                f"bases.toml now pins {pin.sha256}"
+            )
+        return f"cached {pin.filename} is corrupt: sha256 {actual}, pinned {pin.sha256}" + (
+            f" (it was stored as {stored})" if stored and stored != pin.sha256 else ""
         )
-        os.close(fd)
-        tmp = Path(tmp_name)
+
+    def _download_verified(self, located: Located, pin: FilePin, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = owned_tempfile(self.config.tmp_dir, pin.filename)
+        except OSError as exc:
+            raise CacheError(
+                f"cannot write to the cache {self.config.cache_dir}: {exc.strerror or exc} "
+                f"(fix its permissions or set {ENV_CACHE} to a writable directory)"
+            ) from exc
         try:
             located.index.download(located.package, tmp, self._progress(pin.filename))
+            faults.point("fetch.download")
             actual = sha256_file(tmp)
             if actual != pin.sha256:
                 raise HashMismatchError(
@@ -243,10 +273,15 @@ class Fetcher:
                 )
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+            faults.point("fetch.store")
+            self._remember(path, actual)
         except ForkError:
             raise
         except OSError as exc:
-            raise NetworkError(f"cannot store {pin.filename} in the cache: {exc}") from exc
+            raise CacheError(
+                f"cannot store {pin.filename} in the cache {self.config.cache_dir}: "
+                f"{exc.strerror or exc}"
+            ) from exc
         finally:
             tmp.unlink(missing_ok=True)
 

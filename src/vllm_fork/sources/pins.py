@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,9 @@ import tomli_w
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from vllm_fork.errors import ConfigError, UnknownVersionError, UsageError
+from vllm_fork.errors import ConfigError, UnknownVersionError, UnsupportedBaseError, UsageError
+
+log = logging.getLogger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,36 +67,75 @@ class Pins:
 
 
 def _file_pin(data: Any, where: str) -> FilePin:
-    try:
-        name, digest = data["filename"], data["sha256"]
-    except (TypeError, KeyError) as exc:
-        raise ConfigError(f"bases.toml: {where} needs filename and sha256") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"bases.toml: {where} must be a table with filename and sha256")
+    name, digest = data.get("filename"), data.get("sha256")
+    if not isinstance(name, str) or not isinstance(digest, str):
+        raise ConfigError(f"bases.toml: {where} needs filename and sha256 (strings)")
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ConfigError(f"bases.toml: {where}.sha256 is not a lowercase sha256 hex digest")
+    if "/" in name or "\\" in name or name in {"", ".", ".."}:
+        raise ConfigError(f"bases.toml: {where}.filename {name!r} is not a plain file name")
     return FilePin(name, digest)
 
 
 def load_pins(path: Path) -> Pins:
+    """Read bases.toml; any malformed content is a ConfigError naming the entry."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         return Pins()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+    table = data.get("bases", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: 'bases' must be a table of [bases.\"VERSION\"] entries")
     bases: dict[str, Base] = {}
-    for version, entry in data.get("bases", {}).items():
+    for version, entry in table.items():
         where = f"bases.{version}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {where} must be a table")
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise ConfigError(f"{path}: {where}: {version!r} is not a version number") from None
+        supported = entry.get("supported", False)
+        torch = entry.get("torch")
+        if not isinstance(supported, bool):
+            raise ConfigError(f"{path}: {where}.supported must be true or false")
+        if torch is not None and not isinstance(torch, str):
+            raise ConfigError(f"{path}: {where}.torch must be a string")
         bases[version] = Base(
             version=version,
             sdist=_file_pin(entry.get("sdist"), f"{where}.sdist"),
             wheel=_file_pin(entry["wheel"], f"{where}.wheel") if "wheel" in entry else None,
-            supported=bool(entry.get("supported", False)),
-            torch=entry.get("torch"),
+            supported=supported,
+            torch=torch,
         )
     default = data.get("default")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError(f"{path}: default must be a version string")
     if default is not None and default not in bases:
         raise ConfigError(f"bases.toml: default base {default} is not pinned")
     return Pins(default=default, bases=bases)
+
+
+def require_supported(config: Any, base: Base, *, allow: bool) -> None:
+    """Refuse a base that bases.toml does not mark supported (its series, if any, is not
+    maintained: the result would not be the hardened fork) unless ``allow``."""
+    if base.supported:
+        return
+    why = f"vLLM {base.version} is not a supported base (bases.toml: supported = false)"
+    if allow:
+        log.warning("%s; using it anyway (--allow-unsupported)", why)
+        return
+    pins = load_pins(config.bases_file)
+    supported = ", ".join(v for v in pins.versions() if pins.bases[v].supported) or "none"
+    raise UnsupportedBaseError(
+        f"{why}; supported bases: {supported} (pass --allow-unsupported to use it anyway)"
+    )
 
 
 def dump_pins(pins: Pins) -> str:

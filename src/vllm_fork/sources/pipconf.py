@@ -1,7 +1,10 @@
 """The user's pip configuration (indexes, certificates, proxy), read the way pip reads it.
 
 ``python -m pip config list`` merges the global, user and site files and the
-``PIP_*`` environment variables; its output is parsed here. The environment
+``PIP_*`` environment variables; its output is parsed here. The tool mirrors
+``pip download``, so it uses pip's precedence for that command: the
+``[global]`` section, then ``[download]``, then the environment. Other
+commands' sections (``[install]``, ...) are never read, as pip does not. The environment
 is also read directly so that the tool works where pip itself is missing.
 """
 
@@ -16,8 +19,11 @@ from dataclasses import dataclass
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
-# Lowest to highest precedence. ``:env:`` is how ``pip config list`` shows PIP_* variables.
-SECTION_ORDER = ("global", "download", "install", ":env:")
+# The pip command whose configuration the tool mirrors.
+COMMAND = "download"
+# Lowest to highest precedence, as pip applies them for ``pip download``.
+# ``:env:`` is how ``pip config list`` shows PIP_* variables.
+SECTION_ORDER = ("global", COMMAND, ":env:")
 
 _KEYS = (
     "index-url",

@@ -14,6 +14,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from vllm_fork.errors import UnsafeArchiveError
@@ -103,9 +104,15 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
             # Every member was checked above; the filter re-checks and strips the top directory.
             tar.extractall(staging, members=members, filter=_make_filter(top))
         os.rename(staging, dest)
-    except (tarfile.TarError, OSError) as exc:
+    except UnsafeArchiveError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UnsafeArchiveError(f"cannot extract {archive.name}: {exc}") from exc
+        raise UnsafeArchiveError(f"{archive.name}: {exc}") from exc
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UnsafeArchiveError(
+            f"cannot extract {archive.name}: {exc or type(exc).__name__} (a damaged or "
+            "truncated archive)"
+        ) from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

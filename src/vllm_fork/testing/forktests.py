@@ -25,10 +25,8 @@ from pathlib import Path
 
 from vllm_fork.changes.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.errors import ForkError, WorkTreeError
-from vllm_fork.git import git_out, run_git
-from vllm_fork.series.patches import parse_trailers
-from vllm_fork.sources.upstream import tag_for
-from vllm_fork.tree.export import tree_base
+from vllm_fork.git import run_git
+from vllm_fork.tree.commits import series_commits
 
 SIM_PLUGIN = "tests/rocm/sim/plugin.py"
 
@@ -107,26 +105,16 @@ def is_test_module(path: str) -> bool:
 
 def patch_commits(tree: Path) -> list[PatchCommit]:
     """The series commits of a materialized work tree, oldest first."""
-    tag = tag_for(tree_base(tree))
-    shas = git_out(["rev-list", "--reverse", f"{tag}..HEAD"], cwd=tree).split()
-    commits = []
-    for sha in shas:
-        message = git_out(["log", "-1", "--format=%B", sha], cwd=tree)
-        trailers = dict(parse_trailers(message + "\n"))
-        files = git_out(
-            ["diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=AM", sha],
-            cwd=tree,
-        ).splitlines()
-        commits.append(
-            PatchCommit(
-                sha=sha,
-                subject=message.splitlines()[0] if message else sha,
-                change=trailers.get("Fork-Change", ""),
-                part=trailers.get("Fork-Part", ""),
-                test_files=tuple(f for f in files if is_test_module(f)),
-            )
+    return [
+        PatchCommit(
+            sha=c.sha,
+            subject=c.subject or c.sha,
+            change=c.change,
+            part=c.part,
+            test_files=tuple(f for f in c.paths("A", "M") if is_test_module(f)),
         )
-    return commits
+        for c in series_commits(tree)
+    ]
 
 
 def _count(suites: list[ET.Element], key: str) -> int:

@@ -10,17 +10,22 @@ removed; the series file is rewritten only when the list changed.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
 from vllm_fork.config import Config
-from vllm_fork.errors import GitError, SeriesError, WorkTreeError
+from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file, validate_header
 from vllm_fork.sources.upstream import tag_for
-from vllm_fork.tree.materialize import BASE_KEY
+from vllm_fork.tree.commits import series_commits, tree_base
+from vllm_fork.tree.materialize import BRANCH
+
+log = logging.getLogger(__name__)
 
 FORMAT_PATCH = (
     "format-patch",
@@ -32,8 +37,6 @@ FORMAT_PATCH = (
     "--diff-algorithm=myers",
     "--quiet",
 )
-# The precompiled build overwrites these paths with upstream's binaries' files.
-FORBIDDEN_PREFIXES = ("vllm/vllm_flash_attn/", "vllm/third_party/")
 SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
 
 
@@ -50,20 +53,6 @@ class ExportResult:
         return bool(self.written or self.removed or self.series_changed)
 
 
-def tree_base(tree: Path) -> str:
-    """The base version recorded in a work tree by materialize."""
-    if not (tree / ".git").exists():
-        raise WorkTreeError(f"{tree} is not a git work tree made by `vllm-fork materialize`")
-    proc = run_git(["config", "--get", BASE_KEY], cwd=tree, check=False)
-    version = proc.stdout.decode().strip()
-    if proc.returncode != 0 or not version:
-        raise WorkTreeError(
-            f"{tree} records no base version (git config {BASE_KEY}); "
-            "was it made by `vllm-fork materialize`?"
-        )
-    return version
-
-
 def _check_clean(tree: Path) -> None:
     status = git_out(["status", "--porcelain", "--untracked-files=normal"], cwd=tree)
     if status:
@@ -77,21 +66,42 @@ def _check_clean(tree: Path) -> None:
         raise WorkTreeError(f"{tree} is in the middle of a rebase, am or merge; finish it first")
 
 
-def export(config: Config, tree: Path) -> ExportResult:
+def _head_problem(tree: Path) -> str | None:
+    """Why HEAD is not the tip of the series branch (None when it is)."""
+    head = git_out(["rev-parse", "HEAD"], cwd=tree)
+    branch = run_git(["symbolic-ref", "-q", "--short", "HEAD"], cwd=tree, check=False)
+    if branch.returncode != 0:
+        ahead = run_git(["rev-list", "--count", f"HEAD..{BRANCH}"], cwd=tree, check=False)
+        behind = ahead.stdout.decode().strip()
+        where = f", {behind} commit(s) behind branch {BRANCH}" if behind not in ("", "0") else ""
+        return f"HEAD is detached at {head[:12]}{where}"
+    name = branch.stdout.decode().strip()
+    if name != BRANCH:
+        ahead = run_git(["rev-list", "--count", f"HEAD..{BRANCH}"], cwd=tree, check=False)
+        count = ahead.stdout.decode().strip()
+        if ahead.returncode == 0 and count != "0":
+            return f"HEAD (branch {name}) is {count} commit(s) behind branch {BRANCH}"
+    return None
+
+
+def _number(name: str) -> str:
+    return name.split("-", 1)[0]
+
+
+def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
+    """Write the tree's commits as series/<V>/.
+
+    Refused (unless ``force``) when HEAD is detached or behind the ``fork``
+    branch, or when the export would drop patches from the series: the
+    patches that would be added and removed are logged first.
+    """
     tree = tree.absolute()
     version = tree_base(tree)
     tag = tag_for(version)
     _check_clean(tree)
-    try:
-        run_git(["merge-base", "--is-ancestor", tag, "HEAD"], cwd=tree)
-    except GitError:
-        raise WorkTreeError(f"HEAD of {tree} does not descend from {tag}") from None
-    merges = git_out(["rev-list", "--merges", f"{tag}..HEAD"], cwd=tree)
-    if merges:
-        raise WorkTreeError(f"{tree} has merge commits after {tag}; a series must be linear")
-
-    touched = git_out(["diff", "--name-only", "--no-renames", tag, "HEAD"], cwd=tree).splitlines()
-    forbidden = [p for p in touched if p.startswith(FORBIDDEN_PREFIXES)]
+    # Every path a patch will touch, even one a later patch puts back.
+    touched = sorted({path for commit in series_commits(tree, tag) for path in commit.paths()})
+    forbidden = [p for p in touched if p.startswith(OVERWRITTEN_PREFIXES)]
     if forbidden:
         raise SeriesError(
             "the fork must not change paths that the precompiled build overwrites: "
@@ -109,6 +119,7 @@ def export(config: Config, tree: Path) -> ExportResult:
             except SeriesError as exc:
                 raise SeriesError(f"commit to export has a bad header: {exc}") from None
         result = ExportResult(version, [p.name for p in produced])
+        _check_loss(tree, series_dir, result.patches, force)
         if not produced and not series_dir.exists():
             return result
         series_dir.mkdir(parents=True, exist_ok=True)
@@ -131,6 +142,39 @@ def export(config: Config, tree: Path) -> ExportResult:
         )
         result.series_changed = True
     return result
+
+
+def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) -> None:
+    current = read_series_file(series_dir) if (series_dir / SERIES_FILE).is_file() else []
+    added = [name for name in produced if name not in current]
+    removed = [name for name in current if name not in produced]
+    numbers = {_number(name) for name in produced}
+    dropped = [name for name in removed if _number(name) not in numbers]
+    head = _head_problem(tree)
+    if not (dropped or head):
+        return
+    for name in added:
+        log.info("export would add %s", name)
+    for name in removed:
+        log.info("export would remove %s", name)
+    why = "; ".join(
+        part
+        for part in (
+            head,
+            f"it would drop {len(dropped)} patch(es) from series/{series_dir.name}: "
+            + ", ".join(dropped)
+            if dropped
+            else None,
+        )
+        if part
+    )
+    if force:
+        log.warning("exporting anyway (--force): %s", why)
+        return
+    raise ExportRefusedError(
+        f"refusing to export {tree}: {why}; check out branch {BRANCH} at its tip, "
+        "or pass --force to export HEAD as it is"
+    )
 
 
 def kept_comments(series_file: Path) -> str:

@@ -8,15 +8,22 @@ config (``vllm-fork.base``) for ``export``.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.errors import ForkError, GitError, PatchFailedError, WorkTreeError
+from vllm_fork import faults
+from vllm_fork.diffs import file_hunks
+from vllm_fork.errors import ForkError, GitError, PatchFailedError, SeriesError, WorkTreeError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
+from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 BRANCH = "fork"
 BASE_KEY = "vllm-fork.base"
@@ -29,26 +36,46 @@ class MaterializeResult:
     applied: int
 
 
-def _check_target(dest: Path) -> bool:
-    """Refuse a non-empty or non-directory target; return True when we must create it."""
+def _listing(dest: Path, limit: int = 5) -> str:
+    names = sorted(child.name for child in dest.iterdir())
+    shown = ", ".join(names[:limit]) + (
+        f", ... ({len(names)} entries)" if len(names) > limit else ""
+    )
+    return shown
+
+
+def _check_target(config: Workspace, dest: Path, *, internal: bool = False) -> None:
+    """Refuse a target that is not a new or empty directory the tool may fill.
+
+    ``internal``: a tree the tool makes for itself in its work area
+    (``<cache>/work``, e.g. a build tree), the one place in the cache allowed.
+    """
+    cache = config.cache_dir.resolve()
+    resolved = dest.resolve()
+    work = config.cache.work.resolve()
+    allowed = internal and work in resolved.parents
+    if not allowed and (resolved == cache or cache in resolved.parents):
+        raise WorkTreeError(
+            f"{dest} is inside the vllm-fork cache ({cache}); choose a directory outside it"
+        )
+    for parent in dest.parents:
+        if parent.exists() and not parent.is_dir():
+            raise WorkTreeError(f"cannot create {dest}: {parent} is not a directory")
+        if parent.is_dir():
+            break
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise WorkTreeError(f"{dest} exists and is not a directory; refusing to use it")
-    if dest.is_dir():
-        if any(dest.iterdir()):
-            raise WorkTreeError(f"{dest} is not empty; refusing to materialize into it")
-        return False
-    return True
-
-
-def _clear(dest: Path, created: bool) -> None:
-    if created:
-        shutil.rmtree(dest, ignore_errors=True)
-        return
-    for child in dest.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
+    if dest.is_dir() and any(dest.iterdir()):
+        made = run_git(["config", "--get", BASE_KEY], cwd=dest, check=False)
+        what = (
+            f"a work tree of vLLM {made.stdout.decode().strip()}"
+            if (dest / ".git").exists() and made.returncode == 0
+            else _listing(dest)
+        )
+        raise WorkTreeError(
+            f"{dest} is not empty; refusing to materialize into it (it holds {what}; "
+            "choose a new directory)"
+        )
 
 
 def am_env() -> dict[str, str]:
@@ -59,39 +86,20 @@ def am_env() -> dict[str, str]:
     )
 
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def patch_hunks(patch: Path) -> dict[str, list[tuple[int, int, str]]]:
-    """Per file of a patch: (old start, old length, hunk header) of each hunk."""
-    hunks: dict[str, list[tuple[int, int, str]]] = {}
-    current: str | None = None
-    for line in patch.read_text(errors="replace").splitlines():
-        if line.startswith("diff --git "):
-            current = None
-        elif line.startswith("--- "):
-            old = line[4:]
-            current = old[2:] if old.startswith("a/") else None
-        elif line.startswith("+++ ") and current is None:
-            new = line[4:]
-            current = new[2:] if new.startswith("b/") else new
-        elif current is not None and (m := _HUNK.match(line)):
-            length = int(m.group(2)) if m.group(2) is not None else 1
-            hunks.setdefault(current, []).append((int(m.group(1)), length, line))
-    return hunks
-
-
 def explain_failure(tree: Path, patch: Path) -> list[str]:
     """Which files and hunks of ``patch`` do not apply to the tree's current state."""
     proc = run_git(["apply", "--check", "-v", patch], cwd=tree, check=False)
     text = proc.stderr.decode(errors="replace")
-    hunks = patch_hunks(patch)
+    try:
+        hunks = file_hunks(patch.read_text(errors="replace"), patch.name)
+    except SeriesError:  # a malformed patch: git's own lines below still say where
+        hunks = {}
     problems: list[str] = []
     for line in text.splitlines():
         m = re.match(r"error: patch failed: (.+):(\d+)$", line)
         if m:
             path, start = m.group(1), int(m.group(2))
-            headers = [h for s, _, h in hunks.get(path, []) if s == start]
+            headers = [h.header for h in hunks.get(path, []) if h.old_start == start]
             where = headers[0] if headers else f"line {start}"
             problems.append(f"{path}: hunk {where} does not apply")
             continue
@@ -125,55 +133,101 @@ def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
                 f"patch {patch.name} (#{count + 1} of {len(patches)}) does not apply:\n  "
                 + "\n  ".join(problems),
             )
+        faults.point("materialize.am")
     return len(patches)
 
 
 def materialize(
-    config: Workspace, version: str | None, dest: Path, *, keep_failed: bool = False
+    config: Workspace,
+    version: str | None,
+    dest: Path,
+    *,
+    keep_failed: bool = False,
+    internal: bool = False,
 ) -> MaterializeResult:
-    """Create ``dest`` as the work tree of base ``version`` plus its series."""
+    """Create ``dest`` as the work tree of base ``version`` plus its series.
+
+    The tree is built in a marked sibling directory and renamed into place
+    when complete: a run killed at any point leaves no ``dest`` (its marked
+    leftovers are removed by the next run), never a partial one. Runs on the
+    same ``dest`` are serialized by a lock; the later one then refuses the
+    finished tree. ``internal``: ``dest`` is in the tool's own work area
+    (``<cache>/work``), for build and audit trees.
+    """
     base = config.base(version)
     dest = dest.absolute()
-    created = _check_target(dest)
+    _check_target(config, dest, internal=internal)
     series = config.series(base.version)
     tag = ensure_upstream(config, base)
-    done = False
+    with dir_lock(config.cache_dir, dest):
+        _check_target(config, dest, internal=internal)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            clear_owned(dest.parent, f"{dest.name}.")
+            work = owned_tempdir(dest.parent, dest.name)
+        except OSError as exc:
+            raise WorkTreeError(f"cannot create {dest}: {exc.strerror or exc}") from exc
+        try:
+            return _build(
+                config, base.version, tag, series.patches, work / "tree", dest, keep_failed
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _place(tree: Path, dest: Path) -> None:
+    faults.point("materialize.rename")
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(tree, dest)
+    except OSError as exc:
+        raise WorkTreeError(
+            f"cannot move the finished tree into {dest}: {exc.strerror or exc}"
+        ) from exc
+
+
+def _build(
+    config: Workspace,
+    version: str,
+    tag: str,
+    patches: tuple[Path, ...],
+    tree: Path,
+    dest: Path,
+    keep_failed: bool,
+) -> MaterializeResult:
+    try:
         repo = config.upstream_repo
-        run_git(["clone", "-q", "--local", "--no-checkout", repo, dest], env=git_env(isolated=True))
+        run_git(["clone", "-q", "--local", "--no-checkout", repo, tree], env=git_env(isolated=True))
+        faults.point("materialize.clone")
         others = [
             ref
             for ref in git_out(
-                ["for-each-ref", "--format=%(refname)", "refs/tags"], cwd=dest
+                ["for-each-ref", "--format=%(refname)", "refs/tags"], cwd=tree
             ).splitlines()
             if ref != f"refs/tags/{tag}"
         ]
         if others:
             run_git(
                 ["update-ref", "--stdin"],
-                cwd=dest,
+                cwd=tree,
                 input="".join(f"delete {ref}\n" for ref in others).encode(),
             )
-        run_git(["remote", "remove", "origin"], cwd=dest)
-        run_git(["config", BASE_KEY, base.version], cwd=dest)
-        run_git(["checkout", "-q", "-b", BRANCH, tag_for(base.version)], cwd=dest)
+        run_git(["remote", "remove", "origin"], cwd=tree)
+        run_git(["config", BASE_KEY, version], cwd=tree)
+        run_git(["checkout", "-q", "-b", BRANCH, tag_for(version)], cwd=tree)
+        faults.point("materialize.checkout")
         try:
-            applied = apply_series(dest, series.patches)
+            applied = apply_series(tree, patches)
         except PatchFailedError as exc:
             if keep_failed:
-                done = True
-                head = git_out(["log", "-1", "--format=%s", "HEAD"], cwd=dest)
+                head = git_out(["log", "-1", "--format=%s", "HEAD"], cwd=tree)
+                _place(tree, dest)
                 raise PatchFailedError(
                     f"{exc}\n{dest} was kept for inspection at the last commit that applied: {head}"
                 ) from None
             raise PatchFailedError(
-                f"{exc}\n{dest} was removed (use --keep-failed to keep it)"
+                f"{exc}\n{dest} was not created (use --keep-failed to keep the partial tree)"
             ) from None
-        done = True
-        return MaterializeResult(dest, base.version, applied)
+        _place(tree, dest)
+        return MaterializeResult(dest, version, applied)
     except GitError as exc:
-        raise ForkError(f"materialize of {base.version} into {dest} failed: {exc}") from exc
-    finally:
-        if not done:
-            _clear(dest, created)
+        raise ForkError(f"materialize of {version} into {dest} failed: {exc}") from exc
