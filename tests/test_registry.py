@@ -199,7 +199,7 @@ def test_a_made_up_sixth_change_needs_only_a_registry_entry(
         device="cuda",
         tool_version=__version__,
     )
-    entries = {p["part"]: p for p in record["series"]["patches"]}
+    entries = {p["part"]: p for p in record.to_json()["series"]["patches"]}
     assert entries["hardening"]["change"] == SIXTH
     assert entries["hardening"]["upstream_pr"] == SIXTH_CHANGE.pr_url
     assert f"[{SIXTH}/hardening]  {SIXTH_CHANGE.pr_url}" in format_record(record)

@@ -139,19 +139,27 @@ class Provenance:
     tool_version: str
     tool_name: str = "vllm-fork"
     schema: int = SCHEMA
+    offline: bool | None = None  # build.offline: written by builds that know it
+    from_upstream_wheel: tuple[str, ...] = ()  # files taken as upstream's wheel has them
 
     def to_json(self) -> dict[str, Any]:
         """The record's JSON object (the on-disk layout of schema 1)."""
+        base: dict[str, Any] = {
+            "version": self.base_version,
+            "sdist": self.sdist.to_json(),
+            "upstream_wheel": self.upstream_wheel.to_json() if self.upstream_wheel else None,
+        }
+        if self.from_upstream_wheel:
+            base["from_upstream_wheel"] = list(self.from_upstream_wheel)
+        build: dict[str, Any] = {"mode": self.mode, "device": self.device}
+        if self.offline is not None:
+            build["offline"] = self.offline
         return {
             "schema": self.schema,
             "tool": {"name": self.tool_name, "version": self.tool_version},
             "version": self.version,
-            "base": {
-                "version": self.base_version,
-                "sdist": self.sdist.to_json(),
-                "upstream_wheel": self.upstream_wheel.to_json() if self.upstream_wheel else None,
-            },
-            "build": {"mode": self.mode, "device": self.device},
+            "base": base,
+            "build": build,
             "series": {
                 "revision": self.revision,
                 "patches": [p.to_json() for p in self.patches],
@@ -174,6 +182,12 @@ class Provenance:
             raise MalformedRecord("series.revision is not a number")
         if not isinstance(patches, list):
             raise MalformedRecord("series.patches is not a list")
+        offline = build.get("offline")
+        if offline is not None and not isinstance(offline, bool):
+            raise MalformedRecord("build.offline is not true or false")
+        aligned = base.get("from_upstream_wheel", [])
+        if not isinstance(aligned, list) or not all(isinstance(p, str) for p in aligned):
+            raise MalformedRecord("base.from_upstream_wheel is not a list of paths")
         return cls(
             version=_str(data, "version", ""),
             base_version=_str(base, "version", "base."),
@@ -190,6 +204,8 @@ class Provenance:
             tool_version=_str(tool, "version", "tool.", optional=True) or "",
             tool_name=_str(tool, "name", "tool.", optional=True) or "vllm-fork",
             schema=SCHEMA,
+            offline=offline,
+            from_upstream_wheel=tuple(aligned),
         )
 
 
@@ -317,7 +333,14 @@ def format_record(record: Provenance, source: str | None = None) -> str:
         else "binaries: built from source"
         if record.mode == "full"
         else "binaries: none (pure Python build)",
-        f"build:    mode {record.mode}, device {record.device}, vllm-fork {record.tool_version}",
+        f"build:    mode {record.mode}, device {record.device}, "
+        + ("offline, " if record.offline else "")
+        + f"vllm-fork {record.tool_version}",
+        *(
+            [f"upstream wheel's version of: {', '.join(record.from_upstream_wheel)}"]
+            if record.from_upstream_wheel
+            else []
+        ),
         f"series:   revision {record.revision}, {len(record.patches)} patch(es)",
     ]
     for p in record.patches:

@@ -43,6 +43,7 @@ class SmokeResult:
     info: dict[str, Any]
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    imported: bool = True
 
 
 log = logging.getLogger(__name__)
@@ -97,33 +98,52 @@ def check_changes(
 
 
 def smoke(
-    config: Config, wheel_path: Path, *, venv: Path | None = None, python: str = sys.executable
+    config: Config,
+    wheel_path: Path,
+    *,
+    venv: Path | None = None,
+    python: str = sys.executable,
+    installed: Path | None = None,
+    import_vllm: bool = True,
 ) -> SmokeResult:
+    """Install ``wheel_path`` into a fresh venv and check it; or, given ``installed`` (a
+    venv where the wheel was installed some other way, e.g. from an index), check that.
+    ``import_vllm=False``: read the installed files only (an install without dependencies).
+    """
     wheel_path = Path(wheel_path).resolve()
     with Wheel(wheel_path) as wheel:
         if not wheel.has(PACKAGE_PATH):
             raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
         record = loads(wheel.read(PACKAGE_PATH))
     expected = record["version"]
-    keep = venv is not None
-    if venv is None:
+    keep = venv is not None or installed is not None
+    if installed is not None:
+        venv = Path(installed)
+    elif venv is None:
         config.cache.work.mkdir(parents=True, exist_ok=True)
         venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=config.cache.work)) / "venv"
     elif venv.exists():
         raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
     vpy = venv / "bin" / "python"
     try:
-        subprocess.run([python, "-m", "venv", venv], check=True)
-        log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
-        t0 = time.monotonic()
-        proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
-        install_seconds = time.monotonic() - t0
-        if proc.returncode != 0:
-            raise SmokeFailed(f"pip could not install {wheel_path.name} (exit {proc.returncode})")
+        install_seconds = 0.0
+        if installed is None:
+            subprocess.run([python, "-m", "venv", venv], check=True)
+            log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
+            t0 = time.monotonic()
+            proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
+            install_seconds = time.monotonic() - t0
+            if proc.returncode != 0:
+                raise SmokeFailed(
+                    f"pip could not install {wheel_path.name} (exit {proc.returncode})"
+                )
+        elif not vpy.is_file():
+            raise SmokeFailed(f"{venv} is not a venv (no bin/python)")
         t0 = time.monotonic()
         proc2 = subprocess.run(
-            # inside/importcheck.py imports vLLM on CPU and reports what it sees
-            [vpy, "-I", script("importcheck")],
+            # inside/importcheck.py imports vLLM on CPU and reports what it sees;
+            # inside/locate.py finds the same facts without importing it
+            [vpy, "-I", script("importcheck" if import_vllm else "locate")],
             capture_output=True,
             text=True,
             env=_import_env(),
@@ -133,7 +153,7 @@ def smoke(
             tail = "\n".join(proc2.stderr.strip().splitlines()[-20:])
             raise SmokeFailed(f"`import vllm` failed in the new venv:\n{tail}")
         info = json.loads(proc2.stdout.strip().splitlines()[-1])
-        result = SmokeResult(install_seconds, import_seconds, info)
+        result = SmokeResult(install_seconds, import_seconds, info, imported=import_vllm)
         for key, label in (("version", "vllm.__version__"), ("dist_version", "installed version")):
             if info[key] == expected:
                 result.lines.append(f"{label} {info[key]}")
@@ -180,7 +200,9 @@ def format_result(wheel: Path, result: SmokeResult) -> str:
     lines = [
         f"smoke {Path(wheel).name}",
         f"install (with dependencies): {result.install_seconds:.0f} s",
-        f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})",
+        f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})"
+        if result.imported
+        else f"import vllm: not run (installed files only; Python {result.info['python']})",
         *result.lines,
     ]
     lines += [f"FAILED: {f}" for f in result.failures]
