@@ -467,6 +467,12 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     make_series(fork_repo, tmp_path, python_patch, in_tree_backend)
     dist = tmp_path / "dist"
     loads = count_loads(monkeypatch)
+    # The delta audit against upstream's wheel (test_audit.py) needs a pinned upstream
+    # wheel, which an empty build of this base has not: record that verify reached it.
+    audited: list[Path] = []
+    monkeypatch.setattr(
+        "vllm_fork.build.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
+    )
     argv = ["build", "--mode", "empty", "--build-python", str(fake_build_python(tmp_path))]
     assert main([*argv, "-o", str(dist), "--json"]) == 0
     # one command: bases.toml parsed once, the series read once, at most one fetcher
@@ -486,5 +492,6 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
         "mode": "empty",
         "device": "cuda",
     }
-    assert [p.name for p in dist.iterdir()] == [wheel.name]
+    assert [p.name for p in audited] == [wheel.name]  # verify ran on the hook's wheel
+    assert wheel.name in [p.name for p in dist.iterdir()]
     assert not any(fork_repo.config.cache.work.iterdir())  # the build tree was removed
