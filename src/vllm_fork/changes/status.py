@@ -7,25 +7,31 @@ temporary index of the cached repository, each patch is applied with
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from vllm_fork.changes import registry
+from vllm_fork.changes.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.changes.state import CARRIED, MISSING, NA, UPSTREAM, decide
 from vllm_fork.config import Config
-from vllm_fork.errors import PatchFailedError, UsageError
+from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
 from vllm_fork.series.patches import Series, load_series
 from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.commits import series_commits, tree_base
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,16 @@ class StatusReport:
     version: str
     patches: tuple[str, ...]
     changes: tuple[ChangeStatus, ...]
+    lifecycle: tuple[PatchLife, ...] = ()
+    releases_probed: tuple[str, ...] = ()  # newer pinned releases searched for retirement
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base": self.version,
             "series": list(self.patches),
             "changes": {c.change: c.to_json() for c in self.changes},
+            "lifecycle": [life.to_json() for life in self.lifecycle],
+            "releases_probed": list(self.releases_probed),
         }
 
 
@@ -86,6 +96,55 @@ def classify(
     return state, reason, dict(patched.hardening)
 
 
+def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
+    """The pinned releases after ``version`` that the retirement search probes:
+    the release the registry names as upstream's first with each change, and
+    the newest pinned one (hardening lands whenever upstream gets to it)."""
+    newer = sorted((v for v in pins.bases if Version(v) > Version(version)), key=Version)
+    if not newer:
+        return []
+    wanted = {newer[-1]}
+    for cid in changes:
+        change = registry.find(cid)
+        if change and change.upstream_since in newer:
+            wanted.add(change.upstream_since)
+    return sorted(wanted, key=Version)
+
+
+def patch_lifecycle(
+    config: Config, version: str, patches: list[tuple[str, str, str]], fetcher: Fetcher
+) -> tuple[tuple[PatchLife, ...], tuple[str, ...]]:
+    """Per patch (name, change, part): carried, or retire-ready with the first
+    candidate upstream release after ``version`` (``retire_candidates``) whose
+    pristine tree the probe finds it in; and the releases probed."""
+    pins = load_pins(config.bases_file)
+    newer = retire_candidates(pins, version, {change for _, change, _ in patches})
+    found: dict[int, Retirement] = {}
+    probed: list[str] = []
+    for release in newer:
+        try:
+            tag = ensure_upstream(config, pins.get(release), fetcher)
+        except ForkError as exc:
+            log.warning("status: upstream %s not probed for retirement: %s", release, exc)
+            continue
+        findings = probe_all(GitTree(config.upstream_repo, tag))
+        probed.append(release)
+        for i, (_, change, part) in enumerate(patches):
+            finding = findings.get(change)
+            if i in found or finding is None:
+                continue
+            hit = retirement(
+                change, part, finding.state, finding.reason, finding.hardening, release
+            )
+            if hit is not None:
+                found[i] = hit
+    lives = tuple(
+        PatchLife(name, change, part, found.get(i))
+        for i, (name, change, part) in enumerate(patches)
+    )
+    return lives, tuple(probed)
+
+
 def compute_status(config: Config, version: str | None, tree: Path | None = None) -> StatusReport:
     """Status of base + series, or of a materialized work tree on disk (``tree``)."""
     if tree is not None:
@@ -95,7 +154,8 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
         version = recorded
     base = load_pins(config.bases_file).get(version)
     series = load_series(config.series_dir(base.version))
-    tag = ensure_upstream(config, base, Fetcher(config))
+    fetcher = Fetcher(config)
+    tag = ensure_upstream(config, base, fetcher)
     repo = config.upstream_repo
     pristine = probe_all(GitTree(repo, tag))
     if tree is not None:
@@ -121,7 +181,8 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
         changes.append(
             ChangeStatus(change, state, reason, tuple(name for name, _ in mine), hardening)
         )
-    return StatusReport(base.version, names, tuple(changes))
+    lives, probed = patch_lifecycle(config, base.version, patches, fetcher)
+    return StatusReport(base.version, names, tuple(changes), lives, probed)
 
 
 def format_status(report: StatusReport) -> str:
@@ -135,4 +196,13 @@ def format_status(report: StatusReport) -> str:
         lines.append(line)
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")
+    if report.lifecycle:
+        searched = ", ".join(report.releases_probed) or "none pinned"
+        lines += ["", f"patches (retirement probed in upstream {searched}):"]
+        for life in report.lifecycle:
+            lines.append(f"  {life.state:<12}  {life.patch}  [{life.change}, {life.part}]")
+            if life.retire:
+                lines.append(f"  {'':<12}    {life.retire.evidence()}")
+            elif life.retire_when:
+                lines.append(f"  {'':<12}    retires: {life.retire_when}")
     return "\n".join(lines)
