@@ -245,3 +245,25 @@ def test_status_shows_carried_and_retire_ready(fork: Fork, monkeypatch: pytest.M
     data = report.to_json()["lifecycle"]
     assert [d["state"] for d in data] == ["carried", "retire-ready", "carried"]
     assert data[1]["evidence"] == {"release": V2, "probe": "bias precast once"}
+
+
+def test_hardening_after_a_hand_dropped_change_is_not_called_absorbed(
+    fork: Fork, tmp_path: Path
+) -> None:
+    hardening = PatchSpec(
+        "[ROCm] Harden the rope line",
+        "dsv32-decode",
+        "hardening",
+        {"vllm/rope.py": {10: "rope line 10 fork version, hardened"}},
+    )
+    fork.write_series(V1, [ROPE, hardening])
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    with pytest.raises(RebaseConflict) as info:
+        continue_rebase(fork.config, tree, skip=True, reason="not wanted", log=quiet)
+    report = str(info.value)
+    assert "patch 2/2" in report
+    # The change was dropped by hand, not found upstream: no claim that upstream has it.
+    assert "absorbed dsv32-decode" not in report

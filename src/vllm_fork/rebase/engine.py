@@ -686,7 +686,10 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
         f"(commit {current.commit[:12]})",
     ]
     if current.part == "hardening" and any(
-        p.change == current.change and p.part == "change" and p.result == ABSORBED
+        p.change == current.change
+        and p.part == "change"
+        and p.result == ABSORBED
+        and p.detail != SKIPPED  # dropped by hand: upstream need not have it
         for p in state.picks
     ):
         lines.append(
