@@ -87,6 +87,7 @@ def test_review_of_a_clean_rebase(fork: Fork, tmp_path: Path) -> None:
     assert ops["outcome"] == "changed"
     assert "    - ops line 18\n" in ops["interdiff"]
     assert "    + ops line 18 changed upstream\n" in ops["interdiff"]
+    assert ops["headers_only"] is False
     # The kernel patch followed its file: changed (new path in the interdiff).
     kernel = patches[KERNEL.subject]
     assert kernel["outcome"] == "changed" and KERNEL_NEW in kernel["interdiff"]
@@ -267,3 +268,17 @@ def test_hardening_after_a_hand_dropped_change_is_not_called_absorbed(
     assert "patch 2/2" in report
     # The change was dropped by hand, not found upstream: no claim that upstream has it.
     assert "absorbed dsv32-decode" not in report
+
+
+def test_interdiff_of_hunk_headers_only() -> None:
+    from vllm_fork.rebase.review import only_hunk_headers
+
+    moved = (
+        "     ## vllm/_custom_ops.py ##\n"
+        "    -@@ vllm/_custom_ops.py: def old_neighbour(\n"
+        "    +@@ vllm/_custom_ops.py: def new_neighbour(\n"
+        "      \n"
+    )
+    assert only_hunk_headers(moved)
+    assert not only_hunk_headers(moved + "    - ops line 18\n    + ops line 18 changed\n")
+    assert not only_hunk_headers("")

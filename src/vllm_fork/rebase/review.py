@@ -63,6 +63,7 @@ class PatchReview:
     evidence: str = ""  # absorbed: what shows it; dropped: the lifecycle evidence, if any
     reason: str = ""  # dropped: why (REASON_MISSING when none was given)
     interdiff: str = ""  # changed: git range-diff of the old commit against the new one
+    headers_only: bool = False  # changed: only hunk headers differ (upstream moved code around)
 
 
 @dataclass
@@ -121,6 +122,12 @@ def interdiff(tree: Path, old: str, new: str) -> tuple[bool, str]:
     return same, body
 
 
+def only_hunk_headers(diff: str) -> bool:
+    """Whether a range-diff body changes nothing but hunk headers (``@@`` lines)."""
+    changed = [line[5:] for line in diff.splitlines() if line[4:5] in ("-", "+")]
+    return bool(changed) and all(line.startswith("@@") for line in changed)
+
+
 def upstream_moves(tree: Path, old_tag: str, new_rev: str, paths: set[str]) -> list[MovedFile]:
     """Files among ``paths`` that upstream renamed or removed between the two trees."""
     out = _git(tree, ["diff", "--no-color", "-M", "-l0", "--name-status", "-z", old_tag, new_rev])
@@ -159,6 +166,7 @@ def _outcome(tree: Path, state: RebaseState, number: int, names: dict[str, str])
         same, diff = interdiff(tree, p.commit, p.new_commit)
         review.outcome = UNCHANGED if same else CHANGED
         review.interdiff = "" if same else diff
+        review.headers_only = not same and only_hunk_headers(diff)
     elif p.result == ABSORBED and p.detail == SKIPPED:
         review.outcome = DROPPED
         review.reason = p.reason or REASON_MISSING
@@ -251,6 +259,8 @@ def render_markdown(review: Review) -> str:
             outcome += f" by upstream {p.release}"
         elif p.outcome == DROPPED:
             outcome += f" by hand: {p.reason}"
+        elif p.outcome == CHANGED and p.headers_only:
+            outcome += f" ({p.detail}; only hunk headers: upstream moved the code around it)"
         elif p.outcome == CHANGED:
             outcome += f" ({p.detail}; interdiff below)"
         else:
