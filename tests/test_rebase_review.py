@@ -136,6 +136,7 @@ def test_review_records_the_reason_of_a_skip(
     assert main(["rebase", "--skip", "--reason", "upstream rewrote rope line 10", str(tree)]) == 0
     out = capsys.readouterr().out
     assert f"review: {review}" in out
+    assert "change     dropped by hand (upstream rewrote rope line 10)" in out
     data = json.loads(review.with_suffix(".json").read_text())
     rope = by_subject(data)[ROPE.subject]
     assert rope["outcome"] == "dropped" and rope["reason"] == "upstream rewrote rope line 10"

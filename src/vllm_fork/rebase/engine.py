@@ -725,7 +725,9 @@ def summary_table(state: RebaseState, names: dict[str, str] | None = None) -> st
     for i, p in enumerate(state.picks, 1):
         label = names.get(p.subject, f"#{i} {p.subject}")
         result = p.result or "pending"
-        if p.detail:
+        if p.detail == SKIPPED:
+            result = f"dropped by hand ({p.reason or 'reason missing'})"
+        elif p.detail:
             result += f" ({p.detail})"
         rows.append((label, p.change, p.part, result))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
