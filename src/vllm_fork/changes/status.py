@@ -7,10 +7,12 @@ temporary index of the cached repository, each patch is applied with
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,16 @@ from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
 from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.series.patches import Series, load_series
 from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import Pins, load_pins
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.pins import Base, Pins, load_pins
+from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
 from vllm_fork.tree.commits import series_commits, tree_base
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
 
 log = logging.getLogger(__name__)
+
+# <cache>/probes: the probes' findings on each pristine upstream release
+PROBE_CACHE = "probes"
 
 
 @dataclass(frozen=True)
@@ -114,23 +119,62 @@ def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
     return sorted(wanted, key=Version)
 
 
+def _pristine_findings(config: Config, base: Base, fetcher: Fetcher) -> dict[str, Finding]:
+    """The probes' findings on pristine upstream ``base``, cached in ``<cache>/probes``
+    keyed by the sdist and the probe code (a release's sources never change)."""
+    from vllm_fork.rebase.matrix import code_hash
+
+    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()[:24]
+    path = config.cache_dir / PROBE_CACHE / f"{base.version}-{key}.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return {change: Finding(**value) for change, value in data.items()}
+        except (ValueError, TypeError):
+            log.debug("ignoring the unreadable probe cache %s", path)
+    tag = ensure_upstream(config, base, fetcher)
+    findings = probe_all(GitTree(config.upstream_repo, tag))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({c: asdict(f) for c, f in findings.items()}, sort_keys=True))
+    tmp.replace(path)
+    return findings
+
+
+def _available(config: Config, base: Base, fetcher: Fetcher) -> bool:
+    """Whether upstream ``base`` can be probed from the cache, with no download."""
+    return (
+        imported_sha256(config.upstream_repo, base.version) == base.sdist.sha256
+        or fetcher.cached_path(base.sdist).is_file()
+    )
+
+
 def patch_lifecycle(
     config: Config, version: str, patches: list[tuple[str, str, str]], fetcher: Fetcher
 ) -> tuple[tuple[PatchLife, ...], tuple[str, ...]]:
     """Per patch (name, change, part): carried, or retire-ready with the first
     candidate upstream release after ``version`` (``retire_candidates``) whose
-    pristine tree the probe finds it in; and the releases probed."""
+    pristine tree the probe finds it in; and the releases probed. A candidate
+    that is not in the cache is not downloaded for this: status says so."""
     pins = load_pins(config.bases_file)
     newer = retire_candidates(pins, version, {change for _, change, _ in patches})
     found: dict[int, Retirement] = {}
     probed: list[str] = []
     for release in newer:
+        base = pins.get(release)
+        if not _available(config, base, fetcher):
+            log.info(
+                "status: upstream %s is not in the cache, so it was not probed for retirement "
+                "(`vllm-fork fetch --base %s` makes it available)",
+                release,
+                release,
+            )
+            continue
         try:
-            tag = ensure_upstream(config, pins.get(release), fetcher)
+            findings = _pristine_findings(config, base, fetcher)
         except ForkError as exc:
             log.warning("status: upstream %s not probed for retirement: %s", release, exc)
             continue
-        findings = probe_all(GitTree(config.upstream_repo, tag))
         probed.append(release)
         for i, (_, change, part) in enumerate(patches):
             finding = findings.get(change)
@@ -161,7 +205,7 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
     tag = ensure_upstream(config, base, fetcher)
     repo = config.upstream_repo
     pristine_tree = GitTree(repo, tag)
-    pristine = probe_all(pristine_tree)
+    pristine = _pristine_findings(config, base, fetcher)
     aiter = aiter_pin(pristine_tree)
     if tree is not None:
         patched = probe_all(DirTree(tree))
