@@ -31,6 +31,18 @@ def rebase_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop and put the work tree back as it was before the rebase",
     )
+    p.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="with --skip: why the patch is dropped (required; it goes into the review)",
+    )
+    p.add_argument(
+        "--review",
+        type=Path,
+        metavar="FILE",
+        help="also write the review to FILE (Markdown) and its JSON beside it "
+        "(always written to DIR/.git/vllm-fork/review.{md,json})",
+    )
     p.add_argument("--force-series", action="store_true", help="replace an existing series/<V2>/")
     p.add_argument(
         "dir",
@@ -60,12 +72,23 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
             raise UsageError("--continue, --skip and --abort take no --from/--onto")
     elif not (args.from_version and args.onto_version):
         raise UsageError("give --from V1 --onto V2, or --continue, --skip or --abort")
+    if args.reason is not None and not args.skip:
+        raise UsageError("--reason goes with --skip (why the patch is dropped)")
+    if args.skip and not (args.reason or "").strip():
+        raise UsageError(
+            'say why the patch is dropped: `vllm-fork rebase --skip --reason "TEXT"` '
+            "(the rebase review records it; nothing was changed)"
+        )
+    if args.review is not None and not (args.from_version and args.onto_version):
+        raise UsageError("--review goes with --from/--onto (it is kept for --continue)")
     try:
         if args.abort:
             abort_rebase(config, args.dir, log=log)
             return 0
         if args.cont or args.skip:
-            result = continue_rebase(config, args.dir, skip=args.skip, log=log)
+            result = continue_rebase(
+                config, args.dir, skip=args.skip, reason=args.reason or "", log=log
+            )
         else:
             result = start_rebase(
                 config,
@@ -73,6 +96,7 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
                 args.onto_version,
                 args.dir,
                 force_series=args.force_series,
+                review=args.review,
                 log=log,
             )
     except RebaseConflict as exc:
@@ -92,6 +116,8 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
     )
     for name in result.old_series_updated:
         print(f"series/{state.from_version}/{name}: Applied-Upstream: {state.onto_version}")
+    for path in result.review:
+        print(f"review: {path}")
     return 0
 
 
