@@ -13,7 +13,7 @@ from vllm_fork import __version__
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.build.wheelfile import Wheel, diff_wheels
 from vllm_fork.cli.main import main
-from vllm_fork.provenance import PACKAGE_PATH, dumps, format_record, make_record
+from vllm_fork.provenance import PACKAGE_PATH, Provenance, dumps, format_record, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 
@@ -34,6 +34,11 @@ TAG = "cp38-abi3-manylinux_2_28_x86_64"
 
 
 def record_for(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION) -> dict:
+    """The record's JSON object, as the build writes it."""
+    return typed_record(repo, mode, version).to_json()
+
+
+def typed_record(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION) -> Provenance:
     base = load_pins(repo.config.bases_file).get(FAKE_VERSION)
     series = load_series(repo.series_dir())
     return make_record(
@@ -90,7 +95,30 @@ def test_record_content(series_repo: ForkRepo) -> None:
     # no upstream wheel in a build that does not reuse its binaries
     assert record_for(series_repo, mode="full")["base"]["upstream_wheel"] is None
     assert dumps(record) == dumps(record_for(series_repo))  # stable bytes
-    assert "0001-ROCm-Change-f3.patch" in format_record(record)
+    typed = typed_record(series_repo)
+    assert dumps(typed) == dumps(record)  # the dataclass writes the same JSON
+    assert Provenance.from_json(record) == typed  # and reads it back
+    assert typed.patches[0].paths == ("vllm/layer.py",) and typed.upstream_wheel is not None
+    assert "0001-ROCm-Change-f3.patch" in format_record(typed)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.update(schema=2), "schema 1"),
+        (lambda r: r.pop("version"), "version is not a string"),
+        (lambda r: r["series"].update(patches={}), "series.patches is not a list"),
+        (lambda r: r["series"]["patches"][0].pop("sha256"), r"patches\[0\]\.sha256"),
+        (lambda r: r["base"].pop("sdist"), "base.sdist is not a table"),
+    ],
+)
+def test_malformed_record_is_refused(series_repo: ForkRepo, tmp_path: Path, edit, message) -> None:
+    record = record_for(series_repo)
+    edit(record)
+    with pytest.raises(ValueError, match=message):
+        Provenance.from_json(record)
+    report = verify_wheel(series_repo.config, fork_wheel(tmp_path, record))
+    assert not report.passed and report.bad[-1].startswith("provenance: "), report.bad
 
 
 def test_verify_good_wheel_passes(series_repo: ForkRepo, tmp_path: Path) -> None:
@@ -255,13 +283,15 @@ def marked_record(repo: ForkRepo, version: str, left_out: tuple[str, ...], mode:
 
 def test_record_lists_the_left_out_patch(marked_repo: ForkRepo) -> None:
     record = marked_record(marked_repo, NOFULL, (FULL_PATCH,), "precompiled")
-    assert [p["file"] for p in record["series"]["patches"]] == ["0001-ROCm-Change-f3.patch"]
-    [out] = record["series"]["left_out"]
+    data = record.to_json()
+    assert [p["file"] for p in data["series"]["patches"]] == ["0001-ROCm-Change-f3.patch"]
+    [out] = data["series"]["left_out"]
     assert (out["file"], out["change"], out["build"]) == (FULL_PATCH, "rope-fast-kernel", "full")
     assert out["sha256"] == sha256_of(marked_repo.series_dir() / FULL_PATCH)
     assert f"left out: {FULL_PATCH}  [rope-fast-kernel]" in format_record(record)
+    assert Provenance.from_json(data) == record  # the left-out list reads back
     # a full build has every patch and records which ones need it
-    full = marked_record(marked_repo, f"{FAKE_VERSION}+hardened.2", (), "full")
+    full = marked_record(marked_repo, f"{FAKE_VERSION}+hardened.2", (), "full").to_json()
     assert [p["build"] for p in full["series"]["patches"]] == ["any", "full"]
     assert full["series"]["left_out"] == []
 

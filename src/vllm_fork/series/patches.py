@@ -8,6 +8,7 @@ commit message, read with ``git interpret-trailers --parse``.
 from __future__ import annotations
 
 import email
+import hashlib
 import email.policy
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -197,6 +198,16 @@ class Series:
         """This series less the patches named in ``files`` (file names)."""
         kept = [(p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files]
         return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
+
+    def digest(self) -> str:
+        """sha256 over the series file and the patches in order (names and bytes)."""
+        digest = hashlib.sha256()
+        for name in ("", *[p.name for p in self.patches]):
+            path = self.directory / (name or SERIES_FILE)
+            data = path.read_bytes() if path.is_file() else b""
+            digest.update(f"{name}\0{len(data)}\0".encode())
+            digest.update(data)
+        return digest.hexdigest()
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:
