@@ -225,11 +225,18 @@ def _tree_python(ctx: Context, tree: Path) -> str:
     return str(ensure_tree_venv(ctx.config, tree, ctx.torch))
 
 
+def pytest_args(tree: Path) -> list[str]:
+    """The pytest arguments every run in ``tree`` gets (the ROCm simulation)."""
+    from vllm_fork.testing.forktests import sim_plugin_args
+
+    return sim_plugin_args(tree)
+
+
 def step_tests(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.testing.forktests import run_fork_tests, sim_plugin_args
+    from vllm_fork.testing.forktests import run_fork_tests
 
     tree = _need_tree(ctx)
-    outcome = run_fork_tests(tree, _tree_python(ctx, tree), sim_plugin_args(tree))
+    outcome = run_fork_tests(tree, _tree_python(ctx, tree), pytest_args(tree))
     data = {
         "passed": outcome.passed,
         "failed": outcome.failed,
@@ -242,10 +249,10 @@ def step_tests(ctx: Context) -> dict[str, Any]:
 
 
 def step_prove_fail(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.testing.forktests import prove_failing, sim_plugin_args
+    from vllm_fork.testing.forktests import prove_failing
 
     tree = _need_tree(ctx)
-    proofs = prove_failing(tree, _tree_python(ctx, tree), sim_plugin_args(tree))
+    proofs = prove_failing(tree, _tree_python(ctx, tree), pytest_args(tree))
     judged = [p for p in proofs if p.without is not None]
     unproven = [f"{p.patch.subject}: {p.verdict}" for p in judged if not p.ok]
     data = {"proven": len(judged) - len(unproven), "total": len(judged), "unproven": unproven}

@@ -206,12 +206,13 @@ def update(
 
 
 def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
+    from vllm_fork.release import check
     from vllm_fork.release.treevenv import ensure_tree_venv
-    from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
+    from vllm_fork.testing.forktests import prove_failing, run_fork_tests
 
     try:
         python = str(ensure_tree_venv(config, tree, torch))
-        extra = sim_plugin_args(tree)
+        extra = check.pytest_args(tree)
         outcome = run_fork_tests(tree, python, extra)
         report.tests = {
             "passed": outcome.passed,
