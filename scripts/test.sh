@@ -11,6 +11,9 @@ ensure_venv dev
 .venv/bin/ruff format --check .
 # The end-to-end precompiled build of the default base (twice, compared) runs
 # here too: it needs the index or a warm cache; VLLM_FORK_E2E_BUILD=0 skips it.
+# So does the deploy end to end (tests/test_deploy_e2e.py): the default wheel,
+# reused from <cache>/work/e2e-dist while it verifies, published to a local
+# pypiserver, pip-installed from it with --no-deps and checked by smoke --installed.
 # Installing the wheel with all its dependencies (`vllm-fork smoke`, about
 # 8 GB) runs only with VLLM_FORK_E2E_SMOKE=1.
 export VLLM_FORK_E2E_BUILD="${VLLM_FORK_E2E_BUILD:-1}"

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_fork.provenance import PACKAGE_PATH, dumps
+from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import FilePin, load_pins, save_pins
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
 
-from .conftest import FAKE_VERSION, ForkRepo
-from .gitutil import commit, trailer_block
+from .conftest import FAKE_FILES, FAKE_VERSION, ForkRepo
+from .gitutil import commit, git, trailer_block
+from .wheelutil import version_py, write_wheel
 
 WHEEL_PIN = FilePin(f"vllm-{FAKE_VERSION}-1-cp38-abi3-manylinux_2_28_x86_64.whl", "ab" * 32)
 
@@ -53,3 +59,62 @@ def make_series(repo: ForkRepo, tmp_path: Path, *steps) -> Path:
         step(tree)
     export(repo.config, tree)
     return tree
+
+
+UPSTREAM_TAG = "cp38-abi3-manylinux_2_28_x86_64"
+UPSTREAM_SO = b"\x7fELF the upstream binary\n"
+
+
+def upstream_wheel_files(overrides: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """What upstream's wheel of the synthetic base holds: its sdist's package + a binary."""
+    files = {rel: text.encode() for rel, text in FAKE_FILES.items() if rel.startswith("vllm/")}
+    files["vllm/_version.py"] = version_py(FAKE_VERSION)
+    files["vllm/_C.abi3.so"] = UPSTREAM_SO
+    files.update(overrides or {})
+    return files
+
+
+def pin_upstream_wheel(
+    repo: ForkRepo, directory: Path, overrides: dict[str, bytes] | None = None
+) -> FilePin:
+    """Write upstream's wheel of the base, put it in the download cache and pin it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = write_wheel(
+        directory / f"vllm-{FAKE_VERSION}-1-{UPSTREAM_TAG}.whl",
+        upstream_wheel_files(overrides),
+        FAKE_VERSION,
+        UPSTREAM_TAG,
+    )
+    pin = FilePin(path.name, hashlib.sha256(path.read_bytes()).hexdigest())
+    cached = Fetcher(repo.config).cached_path(pin)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, cached)
+    pins = load_pins(repo.config.bases_file)
+    pins.bases[FAKE_VERSION] = replace(pins.bases[FAKE_VERSION], wheel=pin)
+    save_pins(repo.config.bases_file, pins)
+    return pin
+
+
+def fork_wheel(
+    directory: Path,
+    record: dict,
+    tree: Path,
+    version: str,
+    overrides: dict[str, bytes] | None = None,
+) -> Path:
+    """A fork wheel as a precompiled build makes it: upstream's wheel, the series'
+    files from ``tree`` (its ``fork`` branch), the version and the provenance record."""
+    files = upstream_wheel_files()
+    changed = git(tree, "diff", "--name-only", f"upstream/{FAKE_VERSION}", "fork").split()
+    for rel in changed:
+        if rel.startswith("vllm/"):
+            files[rel] = subprocess.run(
+                ["git", "show", f"fork:{rel}"], cwd=tree, check=True, capture_output=True
+            ).stdout
+    files["vllm/_version.py"] = version_py(version)
+    files[PACKAGE_PATH] = dumps(record).encode()
+    files.update(overrides or {})
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_wheel(
+        directory / f"vllm-{version}-{UPSTREAM_TAG}.whl", files, version, UPSTREAM_TAG
+    )

@@ -58,6 +58,22 @@ def test_precompiled_plan() -> None:
     assert settings(p) == {"--build-option": ["--py-limited-api=cp38", f"--plat-name={PLAT}"]}
 
 
+def test_offline_plan_refuses_the_network_at_once() -> None:
+    """--offline: pip has no index, proxies point at a refused loopback port, and a
+    full build's CMake may not download what it fetches at configure time."""
+    online, offline = plan("precompiled"), plan("precompiled", offline=True)
+    added = {k: v for k, v in offline.set_env.items() if k not in online.set_env}
+    assert added["PIP_NO_INDEX"] == "1"
+    assert added["HF_HUB_OFFLINE"] == "1"
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        assert added[name] == "http://127.0.0.1:9"
+    assert added["no_proxy"] == added["NO_PROXY"] == ""
+    assert "CMAKE_ARGS" not in offline.set_env
+    full = plan("full", offline=True)
+    assert full.set_env["CMAKE_ARGS"] == "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
+    assert "CMAKE_ARGS" not in plan("full").set_env
+
+
 def test_full_cuda_plan() -> None:
     full = FullOptions(
         cuda_archs="9.0a 10.0",

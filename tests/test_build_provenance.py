@@ -17,9 +17,10 @@ from vllm_fork.provenance import PACKAGE_PATH, dumps, format_record, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 
-from .buildutil import WHEEL_PIN, csrc_patch, make_series, pin_wheel, python_patch
+from .buildutil import csrc_patch, make_series, pin_upstream_wheel, python_patch
+from .buildutil import fork_wheel as build_fork_wheel
 from .conftest import FAKE_VERSION, ForkRepo, sha256_of
-from .wheelutil import replace_member, version_py, write_wheel
+from .wheelutil import replace_member, write_wheel
 
 VERSION = f"{FAKE_VERSION}+hardened.1"
 TAG = "cp38-abi3-manylinux_2_28_x86_64"
@@ -40,18 +41,13 @@ def record_for(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION
 
 
 def fork_wheel(directory: Path, record: dict, version: str = VERSION) -> Path:
-    files = {
-        "vllm/__init__.py": b"from .version import __version__\n",
-        "vllm/_version.py": version_py(version),
-        "vllm/layer.py": b"def f3(x):\n    return x + 33\n",
-        PACKAGE_PATH: dumps(record).encode(),
-    }
-    return write_wheel(directory / f"vllm-{version}-{TAG}.whl", files, version, TAG)
+    """A precompiled fork wheel of the series made by ``series_repo`` (tree in tmp_path/wt)."""
+    return build_fork_wheel(directory, record, directory / "wt", version)
 
 
 @pytest.fixture
 def series_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
-    pin_wheel(fork_repo)
+    pin_upstream_wheel(fork_repo, tmp_path / "upstream")
     make_series(fork_repo, tmp_path, python_patch)
     return fork_repo
 
@@ -61,9 +57,10 @@ def test_record_content(series_repo: ForkRepo) -> None:
     patch = series_repo.series_dir() / "0001-ROCm-Change-f3.patch"
     assert record["version"] == VERSION
     assert record["base"]["sdist"]["sha256"] == sha256_of(series_repo.sdist)
+    wheel_pin = load_pins(series_repo.config.bases_file).get(FAKE_VERSION).wheel
     assert record["base"]["upstream_wheel"] == {
-        "filename": WHEEL_PIN.filename,
-        "sha256": WHEEL_PIN.sha256,
+        "filename": wheel_pin.filename,
+        "sha256": wheel_pin.sha256,
     }
     assert record["build"] == {"mode": "precompiled", "device": "cuda"}
     assert record["tool"] == {"name": "vllm-fork", "version": __version__}

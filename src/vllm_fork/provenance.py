@@ -161,7 +161,13 @@ def format_record(record: dict[str, Any], source: str | None = None) -> str:
         if record["build"]["mode"] == "full"
         else "binaries: none (pure Python build)",
         f"build:    mode {record['build']['mode']}, device {record['build']['device']}, "
-        f"vllm-fork {record['tool']['version']}",
+        + ("offline, " if record["build"].get("offline") else "")
+        + f"vllm-fork {record['tool']['version']}",
+        *(
+            [f"upstream wheel's version of: {', '.join(base['from_upstream_wheel'])}"]
+            if base.get("from_upstream_wheel")
+            else []
+        ),
         f"series:   revision {record['series']['revision']}, "
         f"{len(record['series']['patches'])} patch(es)",
     ]

@@ -22,6 +22,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from vllm_fork import __version__
+from vllm_fork.build.audit import align_with_upstream_wheel
 from vllm_fork.build.env import (
     BuildEnvError,
     check_build_python,
@@ -81,6 +82,7 @@ class BuildRequest:
     plat_name: str | None = None
     full: FullOptions = field(default_factory=FullOptions)
     keep_tree: bool = False
+    signing_key: Path | None = None  # Ed25519 PEM: sign the provenance statement
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ def make_plan(
             plat_name=prep.plat_name,
             upstream_wheel=upstream_wheel,
             full=req.full if req.mode == "full" else None,
+            offline=config.offline,
         )
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -225,6 +228,10 @@ def _run_logged(plan: BuildPlan, log: Path) -> str:
 def build(config: Config, req: BuildRequest) -> BuildResult:
     start = time.monotonic()
     prep = prepare(config, req)
+    if req.signing_key is not None:  # a bad key fails now, not after the build
+        from vllm_fork.deploy.attestation import load_private_key
+
+        load_private_key(req.signing_key)
     if req.mode == "full":
         missing = check_sources(req.full)
         if missing:
@@ -251,6 +258,11 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             f"into {tree}"
         )
         materialize(config, prep.base.version, tree, internal=True)
+        aligned: list[str] = []
+        if req.mode == "precompiled":
+            assert prep.base.wheel is not None
+            Fetcher(config).ensure(prep.base.wheel)
+            aligned = align_with_upstream_wheel(config, tree, prep.base)
         record = make_record(
             base=prep.base,
             series=prep.series,
@@ -260,13 +272,13 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             device=req.device,
             tool_version=__version__,
         )
+        if aligned:
+            record["base"]["from_upstream_wheel"] = aligned
+        record["build"]["offline"] = config.offline
         write_into_tree(tree, record)
         # setuptools-scm lists the package files from git: the record must be in the index.
         run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
         epoch = int(git_out(["log", "-1", "--format=%ct", "HEAD"], cwd=tree))
-        if req.mode == "precompiled":
-            assert prep.base.wheel is not None
-            Fetcher(config).ensure(prep.base.wheel)
         python = req.build_python or str(
             ensure_build_env(config, requirements_file(tree, req.device))
         )
@@ -283,7 +295,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         built = dist / name
         if not built.is_file():
             raise BuildFailed(f"vLLM's build reported {name!r} but no such wheel is in {dist}")
-        report = verify_wheel(config, built)
+        report = verify_wheel(config, built, tree=tree)
         if not report.passed:
             keep = True
             raise BuildFailed(
@@ -293,6 +305,9 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             )
         target = out_dir / built.name
         shutil.move(built, target)
+        from vllm_fork.deploy import after_build
+
+        after_build(config, target, record, python=python, tree=tree, signing_key=req.signing_key)
         return BuildResult(target, prep.version, time.monotonic() - start, build_seconds)
     except BuildFailed:
         keep = True

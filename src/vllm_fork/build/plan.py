@@ -54,6 +54,18 @@ SCRUBBED = (
     *SOURCE_VARS.values(),
 )
 
+# An offline build (--offline): nothing may reach the network, and whatever tries
+# fails at once with a clear error instead of hanging on a timeout.
+OFFLINE_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused
+OFFLINE_ENV = {
+    "PIP_NO_INDEX": "1",
+    "HF_HUB_OFFLINE": "1",
+    **{name: OFFLINE_PROXY for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")},
+    "ALL_PROXY": OFFLINE_PROXY,
+    "no_proxy": "",
+    "NO_PROXY": "",
+}
+
 # Calls the tree's PEP 517 backend once; prints the wheel's file name.
 DRIVER = (
     "import importlib, json, sys; "
@@ -138,8 +150,11 @@ def plan_build(
     plat_name: str | None = None,
     upstream_wheel: Path | None = None,
     full: FullOptions | None = None,
+    offline: bool = False,
 ) -> BuildPlan:
-    """The environment and command that build ``tree`` into a wheel in ``out_dir``."""
+    """The environment and command that build ``tree`` into a wheel in ``out_dir``;
+    ``offline``: the build must not reach the network (OFFLINE_ENV; a full build's
+    CMake must not download what it fetches at configure time)."""
     if mode not in MODES:
         raise PlanError(f"unknown build mode {mode!r} (known: {', '.join(MODES)})")
     if device not in DEVICES:
@@ -192,6 +207,10 @@ def plan_build(
             # the cache hits across builds.
             env["CCACHE_BASEDIR"] = str(tree)
             env["CCACHE_NOHASHDIR"] = "1"
+    if offline:
+        env.update(OFFLINE_ENV)
+        if mode == "full":
+            env["CMAKE_ARGS"] = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
     settings = json.dumps({"--build-option": build_options} if build_options else {})
     command = (python, "-c", DRIVER, backend, str(out_dir), settings)
     return BuildPlan(

@@ -45,6 +45,22 @@ print(json.dumps({
 """
 
 
+# The same facts without importing vLLM (an install without its dependencies).
+_LOCATE = """
+import importlib.metadata as md, importlib.util, json, os, re, sys
+d = importlib.util.find_spec("vllm").submodule_search_locations[0]
+text = open(os.path.join(d, "_version.py")).read()
+v = re.search(r"__version__ = version = ['\\"]([^'\\"]+)", text)
+print(json.dumps({
+    "version": v.group(1) if v else None,
+    "dist_version": md.version("vllm"),
+    "package_dir": d,
+    "python": sys.version.split()[0],
+    "provenance": open(os.path.join(d, "_fork_provenance.json")).read(),
+}))
+"""
+
+
 class SmokeFailed(ForkError):
     """The installed wheel does not work or lacks a change."""
 
@@ -56,6 +72,7 @@ class SmokeResult:
     info: dict[str, Any]
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    imported: bool = True
 
 
 log = logging.getLogger(__name__)
@@ -110,16 +127,28 @@ def check_changes(
 
 
 def smoke(
-    config: Config, wheel_path: Path, *, venv: Path | None = None, python: str = sys.executable
+    config: Config,
+    wheel_path: Path,
+    *,
+    venv: Path | None = None,
+    python: str = sys.executable,
+    installed: Path | None = None,
+    import_vllm: bool = True,
 ) -> SmokeResult:
+    """Install ``wheel_path`` into a fresh venv and check it; or, given ``installed`` (a
+    venv where the wheel was installed some other way, e.g. from an index), check that.
+    ``import_vllm=False``: read the installed files only (an install without dependencies).
+    """
     wheel_path = Path(wheel_path).resolve()
     with Wheel(wheel_path) as wheel:
         if not wheel.has(PACKAGE_PATH):
             raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
         record = loads(wheel.read(PACKAGE_PATH))
     expected = record["version"]
-    keep = venv is not None
-    if venv is None:
+    keep = venv is not None or installed is not None
+    if installed is not None:
+        venv = Path(installed)
+    elif venv is None:
         from vllm_fork.build.builder import work_root
 
         work_root(config).mkdir(parents=True, exist_ok=True)
@@ -128,16 +157,22 @@ def smoke(
         raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
     vpy = venv / "bin" / "python"
     try:
-        subprocess.run([python, "-m", "venv", venv], check=True)
-        log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
-        t0 = time.monotonic()
-        proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
-        install_seconds = time.monotonic() - t0
-        if proc.returncode != 0:
-            raise SmokeFailed(f"pip could not install {wheel_path.name} (exit {proc.returncode})")
+        install_seconds = 0.0
+        if installed is None:
+            subprocess.run([python, "-m", "venv", venv], check=True)
+            log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
+            t0 = time.monotonic()
+            proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
+            install_seconds = time.monotonic() - t0
+            if proc.returncode != 0:
+                raise SmokeFailed(
+                    f"pip could not install {wheel_path.name} (exit {proc.returncode})"
+                )
+        elif not vpy.is_file():
+            raise SmokeFailed(f"{venv} is not a venv (no bin/python)")
         t0 = time.monotonic()
         proc2 = subprocess.run(
-            [vpy, "-c", _CHECK],
+            [vpy, "-c", _CHECK if import_vllm else _LOCATE],
             capture_output=True,
             text=True,
             env=_import_env(),
@@ -147,7 +182,7 @@ def smoke(
             tail = "\n".join(proc2.stderr.strip().splitlines()[-20:])
             raise SmokeFailed(f"`import vllm` failed in the new venv:\n{tail}")
         info = json.loads(proc2.stdout.strip().splitlines()[-1])
-        result = SmokeResult(install_seconds, import_seconds, info)
+        result = SmokeResult(install_seconds, import_seconds, info, imported=import_vllm)
         for key, label in (("version", "vllm.__version__"), ("dist_version", "installed version")):
             if info[key] == expected:
                 result.lines.append(f"{label} {info[key]}")
@@ -194,7 +229,9 @@ def format_result(wheel: Path, result: SmokeResult) -> str:
     lines = [
         f"smoke {Path(wheel).name}",
         f"install (with dependencies): {result.install_seconds:.0f} s",
-        f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})",
+        f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})"
+        if result.imported
+        else f"import vllm: not run (installed files only; Python {result.info['python']})",
         *result.lines,
     ]
     lines += [f"FAILED: {f}" for f in result.failures]

@@ -6,7 +6,10 @@ Checks, each reported as one line:
 - the version in the file name, METADATA, ``vllm/_version.py`` and the record agree,
   and is ``<base>+hardened.<revision of the current series>``;
 - the base is pinned, with the recorded sdist (and upstream wheel) sha256;
-- the recorded patches are the current series: same files, order, headers and sha256.
+- the recorded patches are the current series: same files, order, headers and sha256;
+- the SBOM and provenance statement beside the wheel (when there, or when required)
+  describe this wheel, its record and the pins (:mod:`vllm_fork.deploy`);
+- every member that differs from upstream's wheel is explained (`vllm-fork audit`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MUL
 class Report:
     ok: list[str] = field(default_factory=list)
     bad: list[str] = field(default_factory=list)
+    # the wheel's record and the pinned base as a record gives it (for the release files)
+    record: dict[str, Any] | None = None
+    expected_base: dict[str, Any] | None = None
 
     def check(self, good: bool, what: str, why: str = "") -> bool:
         if good:
@@ -75,13 +81,58 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
         report.ok.append("series patches: none (pristine base)")
 
 
-def verify_wheel(config: Config, wheel_path: Path) -> Report:
+def verify_wheel(
+    config: Config,
+    wheel_path: Path,
+    *,
+    public_key: Path | None = None,
+    require_release_files: bool = False,
+    tree: Path | None = None,
+) -> Report:
+    """Check ``wheel_path``; ``tree``: a materialization of its base + series to reuse."""
     report = Report()
     try:
         _verify(config, Path(wheel_path), report)
+        if report.record is not None and report.expected_base is not None:
+            from vllm_fork.deploy import check_release_files
+
+            ok, bad = check_release_files(
+                Path(wheel_path),
+                report.record,
+                report.expected_base,
+                public_key=public_key,
+                required=require_release_files,
+            )
+            report.ok += ok
+            report.bad += bad
     except (KeyError, TypeError, AttributeError) as exc:
         report.check(False, "provenance", f"malformed record (missing or bad {exc})")
+    if report.passed:
+        _audit(config, Path(wheel_path), report, tree)
     return report
+
+
+def _audit(config: Config, wheel_path: Path, report: Report, tree: Path | None) -> None:
+    """The delta audit against upstream's wheel (`vllm-fork audit`), as one line."""
+    from vllm_fork.build.audit import audit_wheel
+
+    try:
+        audit = audit_wheel(config, wheel_path, tree=tree)
+    except ForkError as exc:
+        report.check(False, "delta against upstream's wheel", f"cannot audit: {exc}")
+        return
+    unexplained = audit.unexplained
+    delta = (
+        f"delta against {audit.upstream_wheel}: {len(audit.members)} of {audit.compared} "
+        "members differ"
+    )
+    report.check(
+        not unexplained,
+        f"{delta}, each explained by a patch or fork metadata" if not unexplained else delta,
+        "unexplained: "
+        + "; ".join(f"{m.path} ({m.state}: {m.detail})" for m in unexplained[:10])
+        + (f" (+{len(unexplained) - 10} more)" if len(unexplained) > 10 else ""),
+    )
 
 
 def _verify(config: Config, wheel_path: Path, report: Report) -> None:
@@ -134,6 +185,7 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
         device=record.get("build", {}).get("device", ""),
         tool_version=record.get("tool", {}).get("version", ""),
     )
+    report.record, report.expected_base = record, expected["base"]
     report.check(
         record["base"].get("sdist") == expected["base"]["sdist"],
         f"sdist {base.sdist.filename} sha256 matches bases.toml",

@@ -73,6 +73,12 @@ def build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ccache", action="store_true", help="do not use ccache in a full build")
     p.add_argument("--keep-tree", action="store_true", help="keep the throwaway build tree")
     p.add_argument(
+        "--signing-key",
+        type=Path,
+        metavar="PEM",
+        help="Ed25519 private key signing the provenance statement (also VLLM_FORK_SIGNING_KEY)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="print the build's environment and command, build nothing",
@@ -119,6 +125,7 @@ def build_run(args: argparse.Namespace, config: Config) -> int:
         plat_name=args.plat_name,
         full=_full_options(args),
         keep_tree=args.keep_tree,
+        signing_key=args.signing_key,
     )
     if args.dry_run:
         print(dry_run(config, req))
@@ -138,13 +145,51 @@ def build_run(args: argparse.Namespace, config: Config) -> int:
 
 def verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("wheel", type=Path, metavar="WHEEL")
+    p.add_argument(
+        "--public-key",
+        type=Path,
+        metavar="PEM",
+        help="Ed25519 public key checking a signed provenance statement "
+        "(also VLLM_FORK_PUBLIC_KEY)",
+    )
+    p.add_argument(
+        "--require-release-files",
+        action="store_true",
+        help="fail when the SBOM or provenance statement is not beside the wheel",
+    )
 
 
 def verify_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.verify import verify_wheel
 
-    report = verify_wheel(config, args.wheel)
+    report = verify_wheel(
+        config,
+        args.wheel,
+        public_key=args.public_key,
+        require_release_files=args.require_release_files,
+    )
     print(report.format())
+    return 0 if report.passed else 1
+
+
+# --- audit -------------------------------------------------------------------------
+
+
+def audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("wheel", type=Path, metavar="WHEEL")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def audit_run(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from vllm_fork.build.audit import audit_wheel
+
+    report = audit_wheel(config, args.wheel)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(report.format())
     return 0 if report.passed else 1
 
 
@@ -159,11 +204,29 @@ def smoke_args(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="create the venv here and keep it (default: a temporary one)",
     )
+    p.add_argument(
+        "--installed",
+        type=Path,
+        metavar="VENV",
+        help="check WHEEL as installed in this existing venv (e.g. by pip from an index)",
+    )
+    p.add_argument(
+        "--no-import",
+        action="store_true",
+        help="with --installed: check the installed files only, not `import vllm` "
+        "(a --no-deps install)",
+    )
 
 
 def smoke_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.smoke import format_result, smoke
 
-    result = smoke(config, args.wheel, venv=args.venv)
+    result = smoke(
+        config,
+        args.wheel,
+        venv=args.venv,
+        installed=args.installed,
+        import_vllm=not args.no_import,
+    )
     print(format_result(args.wheel, result))
     return 0 if not result.failures else 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vllm_fork import __version__, log
 from vllm_fork.cli import build as cli_build
+from vllm_fork.cli import deploy as cli_deploy
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
 from vllm_fork.cli.release import (
     release_check_args,
@@ -276,10 +277,25 @@ COMMANDS: dict[str, Command] = {
         cli_build.verify_args,
         cli_build.verify_run,
     ),
+    "audit": Command(
+        "explain every member that differs from upstream's wheel by a patch or fork metadata",
+        cli_build.audit_args,
+        cli_build.audit_run,
+    ),
     "smoke": Command(
         "install a wheel into a fresh venv and check it on CPU",
         cli_build.smoke_args,
         cli_build.smoke_run,
+    ),
+    "publish": Command(
+        "verify wheels (with their SBOM and provenance) and upload them to an index",
+        cli_deploy.publish_args,
+        cli_deploy.publish_run,
+    ),
+    "release-notes": Command(
+        "print a wheel's release notes (Markdown)",
+        cli_deploy.notes_args,
+        cli_deploy.notes_run,
     ),
 }
 

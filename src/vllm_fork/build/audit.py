@@ -1,0 +1,358 @@
+"""`vllm-fork audit WHEEL`: every byte that differs from upstream's wheel is explained.
+
+The hardened wheel is compared with upstream's wheel of the same version (the
+one bases.toml pins, which a precompiled build reuses) through both wheels'
+RECORD hashes: nothing is unpacked. Each member that was added, removed or
+changed must be explained by one of:
+
+- a file a series patch changes (named with the patch and its change id),
+  whose bytes equal that file in the tree materialized from the pinned sdist
+  plus the series (the ``fork`` branch of such a tree: an edit made in a
+  build tree after materialize is not in it, so it is caught);
+- the fork's own metadata: the provenance record, the version string in
+  ``vllm/_version.py``, ``METADATA``, ``WHEEL`` and ``RECORD``;
+- in a full build only, a compiled member: "rebuilt, with patch P" when a
+  patch changes compiled sources, else "rebuilt by the full build" (never
+  called explained by a patch).
+
+Anything else fails, listed. Upstream's own sdist and wheel may disagree
+(0.21.0's wheel was built from newer DeepSeek-V4 sources than its sdist):
+:func:`sdist_wheel_disagreements` lists those files, and the precompiled
+build follows one policy for them (docs/build.md, "Upstream's sdist and
+wheel"): upstream's wheel version of files the series does not touch is
+shipped, so that Python and binaries come from one source, and a patch of a
+file on which the two disagree is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_fork.build.wheelfile import Wheel, record_digest
+from vllm_fork.config import Config
+from vllm_fork.errors import ForkError
+from vllm_fork.git import run_git
+from vllm_fork.provenance import PACKAGE_PATH, loads
+from vllm_fork.series.patches import load_series
+from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.pins import Base, load_pins
+from vllm_fork.sources.upstream import tag_for
+from vllm_fork.tree.commits import series_commits
+
+log = logging.getLogger(__name__)
+
+DIST_INFO = "{dist-info}"
+VERSION_PY = "vllm/_version.py"
+# Members the fork writes itself, with why they differ from upstream's.
+FORK_METADATA = {
+    PACKAGE_PATH: "fork metadata: the provenance record",
+    VERSION_PY: "fork metadata: the version string",
+    f"{DIST_INFO}/METADATA": "fork metadata: the version in METADATA",
+    f"{DIST_INFO}/WHEEL": "fork metadata: the wheel generator and tags",
+    f"{DIST_INFO}/RECORD": "fork metadata: RECORD lists the fork's hashes",
+}
+COMPILED_SUFFIXES = (".so", ".pyd")
+# Sources compiled into the binaries: a patch touching them needs a full build.
+COMPILED_SOURCES = ("csrc/", "cmake/", "CMakeLists.txt")
+
+
+class AuditError(ForkError):
+    """The audit cannot run (no upstream wheel, no provenance, ...)."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One wheel member that differs from upstream's, and what explains it."""
+
+    path: str
+    state: str  # "added", "removed" or "changed"
+    explanation: str | None  # None: nothing explains it
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "state": self.state,
+            "explained": self.explanation is not None,
+            "explanation": self.explanation,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class AuditReport:
+    wheel: str
+    upstream_wheel: str
+    mode: str
+    compared: int = 0
+    members: list[Member] = field(default_factory=list)
+    # files upstream's sdist and wheel disagree on, with what the fork wheel ships
+    disagreements: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def unexplained(self) -> list[Member]:
+        return [m for m in self.members if m.explanation is None]
+
+    @property
+    def passed(self) -> bool:
+        return not self.unexplained
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wheel": self.wheel,
+            "upstream_wheel": self.upstream_wheel,
+            "mode": self.mode,
+            "compared": self.compared,
+            "differing": len(self.members),
+            "unexplained": len(self.unexplained),
+            "members": [m.to_json() for m in self.members],
+            "sdist_wheel_disagreements": [
+                {"path": p, "fork_ships": ships} for p, ships in self.disagreements
+            ],
+            "passed": self.passed,
+        }
+
+    def format(self) -> str:
+        lines = [
+            f"audit of {self.wheel} against {self.upstream_wheel} ({self.mode} build): "
+            f"{self.compared} members compared, {len(self.members)} differ"
+        ]
+        for m in self.members:
+            why = m.explanation or f"UNEXPLAINED{': ' + m.detail if m.detail else ''}"
+            lines.append(f"  {m.state:8} {m.path}  <- {why}")
+        if self.disagreements:
+            lines.append(
+                f"upstream's sdist and wheel disagree on {len(self.disagreements)} file(s):"
+            )
+            for path, ships in self.disagreements:
+                lines.append(f"  {path}: the fork wheel ships {ships}")
+        verdict = "passed" if self.passed else f"FAILED ({len(self.unexplained)} unexplained)"
+        lines.append(f"audit: {verdict}")
+        return "\n".join(lines)
+
+
+def record_hashes(wheel: Wheel) -> dict[str, str]:
+    """RECORD's ``sha256=...`` per member, the .dist-info folder written as {dist-info}."""
+    text = wheel.read(f"{wheel.dist_info}/RECORD").decode("utf-8")
+    out: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) != 3:
+            continue
+        path, digest, _size = row
+        if path.startswith(wheel.dist_info + "/"):
+            path = DIST_INFO + path[len(wheel.dist_info) :]
+        out[path] = digest
+    return out
+
+
+def _blobs(tree: Path, rev: str, paths: Iterable[str]) -> dict[str, bytes]:
+    """The bytes of ``paths`` at ``rev`` in the git tree (absent paths are left out)."""
+    wanted = sorted(set(paths))
+    if not wanted:
+        return {}
+    request = "".join(f"{rev}:{p}\n" for p in wanted).encode()
+    out = run_git(["cat-file", "--batch"], cwd=tree, input=request).stdout
+    found: dict[str, bytes] = {}
+    pos = 0
+    for path in wanted:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if header[-1] == b"missing":
+            continue
+        size = int(header[2])
+        found[path] = out[pos : pos + size]
+        pos += size + 1
+    return found
+
+
+def _tree_paths(tree: Path, rev: str, prefix: str) -> list[str]:
+    out = run_git(["ls-tree", "-r", "--name-only", "-z", rev, "--", prefix], cwd=tree).stdout
+    return [p for p in out.decode().split("\0") if p]
+
+
+def sdist_wheel_disagreements(
+    tree: Path, version: str, upstream: dict[str, str]
+) -> dict[str, bytes]:
+    """Python files of upstream's wheel whose bytes differ from upstream's sdist.
+
+    ``upstream`` is the upstream wheel's RECORD hashes; the sdist is the
+    ``upstream/<V>`` commit of ``tree``. Returns the sdist bytes of each such
+    file (files only one side has are not disagreements: the wheel's
+    packaging decides what it holds).
+    """
+    tag = tag_for(version)
+    candidates = [
+        p
+        for p in upstream
+        if p.startswith("vllm/") and p.endswith(".py") and p not in FORK_METADATA
+    ]
+    sdist = _blobs(tree, tag, candidates)
+    return {p: data for p, data in sdist.items() if record_digest(data) != upstream[p]}
+
+
+def _patched_paths(tree: Path, version: str, config: Config) -> dict[str, list[str]]:
+    """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes."""
+    series = load_series(config.series_dir(version))
+    commits = series_commits(tree)
+    if len(commits) != len(series.patches):
+        raise AuditError(
+            f"{tree} has {len(commits)} series commit(s), series/{version} has "
+            f"{len(series.patches)} patch(es): not a materialization of the current series"
+        )
+    out: dict[str, list[str]] = {}
+    for patch, commit in zip(series.patches, commits, strict=True):
+        for path in commit.paths():
+            out.setdefault(path, []).append(f"{patch.name} ({commit.change or 'no change id'})")
+    return out
+
+
+def _explain(
+    path: str,
+    state: str,
+    fork_digest: str | None,
+    patched: dict[str, list[str]],
+    expected: dict[str, bytes],
+    mode: str,
+) -> Member:
+    if path in FORK_METADATA:
+        return Member(path, state, FORK_METADATA[path])
+    if path in patched:
+        by = ", ".join(patched[path])
+        want = expected.get(path)
+        if want is None and fork_digest is None:
+            return Member(path, state, f"removed by {by}")
+        if want is not None and fork_digest == record_digest(want):
+            return Member(path, state, f"patched by {by}")
+        return Member(
+            path,
+            state,
+            None,
+            f"changed by {by}, but its bytes differ from the tree materialized from the "
+            "sdist plus the series",
+        )
+    if path.endswith(COMPILED_SUFFIXES) and mode == "full":
+        compiled = sorted(
+            {
+                name
+                for p, names in patched.items()
+                if p.startswith(COMPILED_SOURCES)
+                for name in names
+            }
+        )
+        if compiled:
+            return Member(path, state, f"rebuilt, with {', '.join(compiled)}")
+        return Member(path, state, "rebuilt by the full build (no patch changes its sources)")
+    return Member(path, state, None, "no series patch changes this file")
+
+
+def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -> AuditReport:
+    """Compare ``wheel_path`` with upstream's wheel; ``tree``: a materialized tree to reuse."""
+    with Wheel(wheel_path) as wheel:
+        if not wheel.has(PACKAGE_PATH):
+            raise AuditError(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
+        try:
+            record = loads(wheel.read(PACKAGE_PATH))
+            version = record["base"]["version"]
+            mode = record["build"]["mode"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AuditError(f"{wheel_path.name}: unreadable provenance record ({exc})") from None
+        fork = record_hashes(wheel)
+    base = load_pins(config.bases_file).get(version)
+    upstream_path = _upstream_wheel(config, base)
+    with Wheel(upstream_path) as up:
+        upstream = record_hashes(up)
+    if tree is not None:
+        return _audit(config, wheel_path, upstream_path, mode, fork, upstream, tree, version)
+    from vllm_fork.build.builder import work_root
+    from vllm_fork.tree.materialize import materialize
+
+    work_root(config).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="audit-", dir=work_root(config)) as tmp:
+        scratch = Path(tmp) / "tree"
+        log.info(f"materializing vLLM {version} + series to audit {wheel_path.name}")
+        materialize(config, version, scratch, internal=True)
+        return _audit(config, wheel_path, upstream_path, mode, fork, upstream, scratch, version)
+
+
+def _upstream_wheel(config: Config, base: Base) -> Path:
+    if base.wheel is None:
+        raise AuditError(
+            f"bases.toml pins no upstream wheel for {base.version}: nothing to audit against"
+        )
+    return Fetcher(config).ensure(base.wheel)
+
+
+def _audit(
+    config: Config,
+    wheel_path: Path,
+    upstream_path: Path,
+    mode: str,
+    fork: dict[str, str],
+    upstream: dict[str, str],
+    tree: Path,
+    version: str,
+) -> AuditReport:
+    from vllm_fork.tree.materialize import BRANCH
+
+    patched = _patched_paths(tree, version, config)
+    expected = _blobs(tree, BRANCH, patched)
+    report = AuditReport(wheel_path.name, upstream_path.name, mode)
+    report.compared = len(set(fork) | set(upstream))
+    for path in sorted(set(fork) | set(upstream)):
+        mine, theirs = fork.get(path), upstream.get(path)
+        if mine == theirs:
+            continue
+        state = "added" if theirs is None else "removed" if mine is None else "changed"
+        report.members.append(_explain(path, state, mine, patched, expected, mode))
+    for path, sdist in sorted(sdist_wheel_disagreements(tree, version, upstream).items()):
+        mine = fork.get(path)
+        ships = (
+            "upstream wheel's version"
+            if mine == upstream[path]
+            else "the sdist's version"
+            if mine == record_digest(sdist)
+            else "a third version"
+        )
+        report.disagreements.append((path, ships))
+    return report
+
+
+def align_with_upstream_wheel(config: Config, tree: Path, base: Base) -> list[str]:
+    """The precompiled build's policy for files upstream's sdist and wheel disagree on.
+
+    Upstream's wheel version of each such file replaces the sdist version in
+    ``tree`` (staged in git, for setuptools-scm), so that the wheel's Python
+    matches the binaries it reuses. A series patch of such a file is refused:
+    it was written against sources that upstream's binaries were not built
+    from. Returns the replaced paths.
+    """
+    upstream_path = _upstream_wheel(config, base)
+    with Wheel(upstream_path) as up:
+        upstream = record_hashes(up)
+        disagree = sdist_wheel_disagreements(tree, base.version, upstream)
+        patched = _patched_paths(tree, base.version, config)
+        touched = sorted(p for p in disagree if p in patched)
+        if touched:
+            raise AuditError(
+                f"upstream's {base.version} sdist and wheel disagree on "
+                + ", ".join(f"{p} (changed by {', '.join(patched[p])})" for p in touched)
+                + ": the patch was written against sources that upstream's binaries were not "
+                "built from; rebase it onto the wheel's version or build with --mode full"
+            )
+        for path in sorted(disagree):
+            (tree / path).write_bytes(up.read(path))
+    if disagree:
+        run_git(["add", "--", *sorted(disagree)], cwd=tree)
+        log.info(
+            f"shipping upstream wheel's version of {len(disagree)} file(s) its sdist disagrees "
+            f"on: {', '.join(sorted(disagree))}"
+        )
+    return sorted(disagree)

@@ -1,0 +1,118 @@
+"""End to end: the real wheel of the default base, published to a local index and installed.
+
+build (or reuse) the default wheel -> `publish` to pypiserver on 127.0.0.1 ->
+`pip install vllm==<version> --index-url http://127.0.0.1:PORT/simple` into a
+fresh venv -> `smoke --installed` on what pip installed.
+
+Cheap by default (it runs in CI with the other end-to-end tests): pip installs
+the real wheel with --no-deps, and smoke checks the installed files (version,
+provenance record, change probes) without importing vLLM. With
+VLLM_FORK_E2E_SMOKE=1 pip also installs the dependencies (about 8 GB; the
+configured indexes are extra indexes) and smoke imports vLLM on CPU.
+
+The wheel is built once into <cache>/work/e2e-dist and reused while it
+verifies against the current series and pins (builds are reproducible).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.build.builder import BuildRequest, build, work_root
+from vllm_fork.build.smoke import format_result, smoke
+from vllm_fork.build.verify import verify_wheel
+from vllm_fork.config import load_config
+from vllm_fork.deploy.publish import publish
+from vllm_fork.series.forkversion import fork_version, series_revision
+from vllm_fork.series.patches import load_series
+from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.pipconf import load_pip_config
+
+from .indexserver import PASSWORD, USER, IndexServer, index_server
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.network,
+    pytest.mark.skipif(
+        os.environ.get("VLLM_FORK_E2E_BUILD") != "1",
+        reason="set VLLM_FORK_E2E_BUILD=1 to build (or reuse) the default wheel for real",
+    ),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+FULL = os.environ.get("VLLM_FORK_E2E_SMOKE") == "1"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+@pytest.fixture(scope="module")
+def default_wheel() -> Path:
+    config = load_config(root=REPO)
+    base = load_pins(config.bases_file).get(None)
+    series = load_series(config.series_dir(base.version))
+    version = fork_version(base.version, series_revision(series.directory, len(series.patches)))
+    out = work_root(config) / "e2e-dist"
+    for wheel in sorted(out.glob(f"vllm-{version}-*.whl")):
+        if verify_wheel(config, wheel, require_release_files=True).passed:
+            say(f"\nreusing {wheel} (verifies against the current series and pins)")
+            return wheel
+        wheel.unlink()
+    t0 = time.monotonic()
+    result = build(config, BuildRequest(mode="precompiled", out_dir=out))
+    say(f"\nbuilt {result.wheel.name} in {time.monotonic() - t0:.0f} s")
+    return result.wheel
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    monkeypatch.setenv("TWINE_USERNAME", USER)
+    monkeypatch.setenv("TWINE_PASSWORD", PASSWORD)
+    with index_server(tmp_path / "index") as srv:
+        yield srv
+
+
+def test_publish_install_smoke(default_wheel: Path, server: IndexServer, tmp_path: Path) -> None:
+    config = load_config(root=REPO)
+    start = time.monotonic()
+    version = default_wheel.name.split("-")[1]
+
+    t0 = time.monotonic()
+    done = publish(config, [default_wheel], server.url)
+    say(f"publish -> {server.url}: {done[0].action} in {time.monotonic() - t0:.1f} s")
+    assert [d.action for d in done] == ["uploaded"]
+    assert (server.packages / default_wheel.name).stat().st_size == default_wheel.stat().st_size
+    t0 = time.monotonic()
+    again = publish(config, [default_wheel], server.url)
+    say(f"publish again: {again[0].action} in {time.monotonic() - t0:.1f} s")
+    assert [d.action for d in again] == ["already there"]
+
+    venv = tmp_path / "venv"
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input", "-q"]
+    cmd += ["--index-url", server.simple, f"vllm=={version}"]
+    if FULL:
+        for extra in load_pip_config().indexes:
+            cmd += ["--extra-index-url", extra]
+    else:
+        cmd.append("--no-deps")
+    say("$ " + " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    say(
+        f"pip install from the local index: exit {proc.returncode} in {time.monotonic() - t0:.0f} s"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    result = smoke(config, default_wheel, installed=venv, import_vllm=FULL)
+    say(format_result(default_wheel, result))
+    assert not result.failures
+    say(f"e2e publish -> install -> smoke: {time.monotonic() - start:.0f} s wall")
