@@ -119,9 +119,19 @@ def matrix_run(args: argparse.Namespace, config: Config) -> int:
     matrix = compute_matrix(
         config, args.releases, args.series, use_cache=not args.no_cache, log=log
     )
+    from vllm_fork.release.check import format_last_checks, last_checks
+
+    versions = [row.version for row in matrix.rows]
     print(format_matrix(matrix))
+    print()
+    print("Own series and last release check (`vllm-fork release-check`):")
+    print()
+    print(format_last_checks(config, versions))
     if args.json:
-        text = json.dumps(matrix.to_json(), indent=2, sort_keys=True) + "\n"
+        data = matrix.to_json()
+        checks = last_checks(config)
+        data["release_check"] = {v: checks.get(v) for v in versions}
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         if str(args.json) == "-":
             sys.stdout.write(text)
         else:

@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,7 @@ class BaseState:
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     tree: str | None = None
     finished: bool = False
+    checked_at: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -135,6 +137,7 @@ class BaseState:
             "steps": self.steps,
             "tree": self.tree,
             "finished": self.finished,
+            "checked_at": self.checked_at,
         }
 
     @classmethod
@@ -146,6 +149,7 @@ class BaseState:
             steps={str(k): dict(v) for k, v in data.get("steps", {}).items()},
             tree=data.get("tree"),
             finished=bool(data.get("finished", False)),
+            checked_at=data.get("checked_at"),
         )
 
 
@@ -335,6 +339,7 @@ def check_base(
         state.steps[name] = result
         save_state(config, state)
     state.finished = True
+    state.checked_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     save_state(config, state)
     if state.tree and Path(state.tree).exists():
         shutil.rmtree(state.tree, ignore_errors=True)
@@ -462,6 +467,46 @@ def release_check(
     return Report(states, reused, time.monotonic() - start)
 
 
+def ci_base(config: Config, commit: str) -> str | None:
+    """The one extra base a CI run checks besides the default: picked from the
+    commit hash among the other bases with a series, so successive commits
+    exercise every base."""
+    pins = load_pins(config.bases_file)
+    default = pins.get(None).version
+    others = [v for v in select_bases(config, pins, None) if v != default and has_series(config, v)]
+    if not others:
+        return None
+    try:
+        number = int(commit, 16)
+    except ValueError:
+        number = int(hashlib.sha256(commit.encode()).hexdigest(), 16)
+    return others[number % len(others)]
+
+
+def format_last_checks(config: Config, versions: Sequence[str]) -> str:
+    """Per release: the series it has and the result of its last release check."""
+    rows = last_checks(config)
+    lines = [
+        "| release | series | last release check | tests passed/failed/skipped "
+        "| prove-fail | wheel verified |",
+        "|---|---|---|---|---|---|",
+    ]
+    for version in versions:
+        series = f"series/{version}" if has_series(config, version) else "-"
+        row = rows.get(version)
+        if row is None:
+            lines.append(f"| {version} | {series} | never | - | - | - |")
+            continue
+        stale = "" if row["current"] else " (inputs changed since)"
+        tests = "/".join(_cell(row[k]) for k in ("passed", "failed", "skipped"))
+        proof = f"{row['proven']}/{row['proven_of']}" if row["proven_of"] is not None else "-"
+        lines.append(
+            f"| {version} | {series} | {row['result']}{stale} at {row['checked_at'] or '?'} "
+            f"| {tests} | {proof} | {_cell(row['verified'])} |"
+        )
+    return "\n".join(lines)
+
+
 def last_checks(config: Config) -> dict[str, dict[str, Any]]:
     """The summary row of every base's last recorded check (for ``matrix``)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -471,5 +516,11 @@ def last_checks(config: Config) -> dict[str, dict[str, Any]]:
     for path in directory.glob("*.json"):
         state = load_state(config, path.stem)
         if state is not None:
-            rows[state.version] = summary(state)
+            row = summary(state)
+            row["checked_at"] = state.checked_at
+            series = _series_digest(config, state.version)
+            row["current"] = series == state.inputs.get("series") and (
+                state.inputs.get("tool") == __version__
+            )
+            rows[state.version] = row
     return rows
