@@ -270,3 +270,14 @@ def test_update_offline_fails_with_one_line(
     assert errors == [
         "vllm-fork: error: update reads the package index for new releases; it cannot run offline"
     ]
+
+
+def test_matrix_shows_each_release_series_and_last_check(bases: Fork, capsys) -> None:
+    run_check(bases, GOOD)
+    capsys.readouterr()
+    main(["matrix", "--releases", GOOD, BAD, BARE, "--series", GOOD])
+    out = capsys.readouterr().out
+    assert f"| {GOOD} | series/{GOOD} | ok at " in out
+    assert "| 1/0/0 | 1/1 | - |" in out
+    assert f"| {BAD} | series/{BAD} | never |" in out
+    assert f"| {BARE} | - | never |" in out
