@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Launches per simulated DeepSeek-V3.2 decode step (casts, fills, metadata),
-# base vs fork, on CPU through the fork's ROCm simulation.
-#   base = upstream + the simulation patch only; fork = the whole series.
+# base vs fork, on CPU through the fork's ROCm simulation (sim/, put on
+# PYTHONPATH for both).
+#   base = upstream as released; fork = the whole series.
 # The benchmark script comes from the series; it is copied into the base tree.
 # Usage: bench/dsv32_launches.sh [DIR]   (DIR: a materialized default-base tree;
 #                                         made at work/vllm-<default> if absent)
@@ -21,23 +22,19 @@ bench="benchmarks/kernels/benchmark_dsv32_decode_launches.py"
 [[ -f "$dir/$bench" ]] || { echo "error: $dir has no $bench (not in this series)" >&2; exit 1; }
 
 tag="upstream/$(git -C "$dir" config --get vllm-fork.base)"
-sim=""
-while read -r sha change; do
-    [[ "$change" == "rocm-sim" ]] && sim="$sha"
-done < <(git -C "$dir" log --reverse --format='%H %(trailers:key=Fork-Change,valueonly,separator=)' "$tag..HEAD")
-[[ -n "$sim" ]] || { echo "error: the series of $dir has no rocm-sim patch" >&2; exit 1; }
+sim="$PWD/sim"
 
 scratch="$(mktemp -d)"
 cleanup() { git -C "$dir" worktree remove --force "$scratch/base" 2>/dev/null || true; rm -rf "$scratch"; }
 trap cleanup EXIT
-git -C "$dir" worktree add -q --detach "$scratch/base" "$sim"
+git -C "$dir" worktree add -q --detach "$scratch/base" "$tag"
 cp "$dir/$bench" "$scratch/base/$bench"
 
 for bias in bf16-exact collapsing; do
     for side in base fork; do
         tree="$dir"; [[ "$side" == base ]] && tree="$scratch/base"
         echo "## $side ($bias bias)"
-        (cd "$tree" && VLLM_LOGGING_LEVEL=WARNING PYTHONPATH="$tree" "$python" "$bench" --bias "$bias" 2>/dev/null)
+        (cd "$tree" && VLLM_LOGGING_LEVEL=WARNING PYTHONPATH="$tree:$sim" "$python" "$bench" --bias "$bias" 2>/dev/null)
         echo
     done
 done

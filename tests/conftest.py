@@ -187,3 +187,24 @@ def upstream_source() -> Callable[[str], GitTree]:
         return GitTree(config.upstream_repo, ensure_upstream(config, base))
 
     return get
+
+
+@pytest.fixture(scope="session")
+def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real precompiled build of the default base per test session (with its
+    release files beside it), shared by the end-to-end tests that need the wheel.
+    Only tests enabled with VLLM_FORK_E2E_BUILD=1 ask for it."""
+    import time
+
+    from vllm_fork.build.builder import BuildRequest, build
+
+    config = load_config(root=Path(__file__).resolve().parents[1])
+    t0 = time.monotonic()
+    result = build(
+        config, BuildRequest(mode="precompiled", out_dir=tmp_path_factory.mktemp("default"))
+    )
+    print(
+        f"\nprecompiled build of the default base (online): {time.monotonic() - t0:.0f} s "
+        f"(vLLM's build step {result.build_seconds:.0f} s)"
+    )
+    return result.wheel

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.builder import BuildRequest, build, upstream_platform
+from vllm_fork.build.builder import upstream_platform
 from vllm_fork.build.smoke import format_result, smoke
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.build.wheelfile import Wheel, diff_wheels
@@ -51,17 +51,11 @@ def no_network_prefix() -> list[str] | None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The default base built twice: online in this process, then `--offline` with the
-    network cut off (hermetic: everything comes from the cache the first build filled)."""
-    config = load_config(root=REPO)
+def built(default_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The default base built twice: online (the session's default_wheel), then
+    `--offline` with the network cut off (hermetic: everything comes from the cache
+    the first build filled)."""
     out = tmp_path_factory.mktemp("wheels")
-    t0 = time.monotonic()
-    first = build(config, BuildRequest(mode="precompiled", out_dir=out / "a"))
-    print(
-        f"\nprecompiled build a (online): {time.monotonic() - t0:.0f} s "
-        f"(vLLM's build step {first.build_seconds:.0f} s)"
-    )
     prefix = no_network_prefix()
     if prefix is None:
         pytest.skip("this kernel refuses a network namespace (unshare -n / -rn): no hermetic build")
@@ -76,7 +70,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     print(proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     [second] = (out / "b").glob("*.whl")
-    return first.wheel, second
+    return default_wheel, second
 
 
 def test_precompiled_wheel(built: tuple[Path, Path]) -> None:

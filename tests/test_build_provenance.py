@@ -40,9 +40,12 @@ def record_for(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION
     )
 
 
-def fork_wheel(directory: Path, record: dict, version: str = VERSION) -> Path:
-    """A precompiled fork wheel of the series made by ``series_repo`` (tree in tmp_path/wt)."""
-    return build_fork_wheel(directory, record, directory / "wt", version)
+def fork_wheel(
+    directory: Path, record: dict, version: str = VERSION, tree: Path | None = None
+) -> Path:
+    """A precompiled fork wheel of the series made by ``series_repo``, whose tree is
+    ``tree`` (default: ``directory/wt``, where the fixture puts it)."""
+    return build_fork_wheel(directory, record, tree or directory / "wt", version)
 
 
 @pytest.fixture

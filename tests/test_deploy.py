@@ -22,7 +22,7 @@ from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.deploy.sbom import validate
 from vllm_fork.probes import Finding
 
-from .buildutil import make_series, pin_wheel, python_patch
+from .buildutil import make_series, pin_upstream_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo
 from .test_build_provenance import fork_wheel, record_for
 
@@ -31,7 +31,7 @@ ENV = {"python": "3.11", "torch": "2.11.0", "setuptools": "80.10.2", "build-back
 
 @pytest.fixture
 def series_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
-    pin_wheel(fork_repo)
+    pin_upstream_wheel(fork_repo, tmp_path / "upstream")
     make_series(fork_repo, tmp_path, python_patch)
     return fork_repo
 
@@ -39,7 +39,7 @@ def series_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
 def released(repo: ForkRepo, directory: Path, key: Path | None = None) -> Path:
     directory.mkdir(exist_ok=True)
     record = record_for(repo)
-    wheel = fork_wheel(directory, record)
+    wheel = fork_wheel(directory, record, tree=repo.root.parent / "wt")
     write_release_files(wheel, record, ENV, sdist_url="file:///index/sdist.tar.gz", signing_key=key)
     return wheel
 
@@ -227,7 +227,9 @@ def test_release_notes(series_repo: ForkRepo, tmp_path: Path) -> None:
     assert f"- added `{patch['file']}` (ar-rms-pack-gate, change)" in text
     assert "- ar-rms-pack-gate: not in the series -> carried" in text
     # written beside the wheel by the build, comparing with the older wheel beside it
-    older = fork_wheel(tmp_path, previous, version=previous["version"])
+    older = fork_wheel(
+        tmp_path, previous, version=previous["version"], tree=series_repo.root.parent / "wt"
+    )
     wheel = released(series_repo, tmp_path)
     assert older.parent == wheel.parent
     written = sidecar(wheel, NOTES).read_text()

@@ -10,8 +10,8 @@ provenance record, change probes) without importing vLLM. With
 VLLM_FORK_E2E_SMOKE=1 pip also installs the dependencies (about 8 GB; the
 configured indexes are extra indexes) and smoke imports vLLM on CPU.
 
-The wheel is built once into <cache>/work/e2e-dist and reused while it
-verifies against the current series and pins (builds are reproducible).
+The wheel is the session's one online build of the default base (the
+``default_wheel`` fixture of conftest.py, shared with test_build_e2e.py).
 """
 
 from __future__ import annotations
@@ -25,14 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.builder import BuildRequest, build, work_root
 from vllm_fork.build.smoke import format_result, smoke
-from vllm_fork.build.verify import verify_wheel
 from vllm_fork.config import load_config
 from vllm_fork.deploy.publish import publish
-from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.pipconf import load_pip_config
 
 from .indexserver import PASSWORD, USER, IndexServer, index_server
@@ -52,24 +47,6 @@ FULL = os.environ.get("VLLM_FORK_E2E_SMOKE") == "1"
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-@pytest.fixture(scope="module")
-def default_wheel() -> Path:
-    config = load_config(root=REPO)
-    base = load_pins(config.bases_file).get(None)
-    series = load_series(config.series_dir(base.version))
-    version = fork_version(base.version, series_revision(series.directory, len(series.patches)))
-    out = work_root(config) / "e2e-dist"
-    for wheel in sorted(out.glob(f"vllm-{version}-*.whl")):
-        if verify_wheel(config, wheel, require_release_files=True).passed:
-            say(f"\nreusing {wheel} (verifies against the current series and pins)")
-            return wheel
-        wheel.unlink()
-    t0 = time.monotonic()
-    result = build(config, BuildRequest(mode="precompiled", out_dir=out))
-    say(f"\nbuilt {result.wheel.name} in {time.monotonic() - t0:.0f} s")
-    return result.wheel
 
 
 @pytest.fixture

@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.config import ENV_ROOT
 from vllm_fork.git import run_git
 from vllm_fork.testing.forktests import (
+    NO_GPU_HERE,
+    SIM_PLUGIN,
     is_test_module,
     parse_junit,
     patch_commits,
     prove_failing,
     run_fork_tests,
+    sim_plugin_args,
 )
 from vllm_fork.tree.materialize import BASE_KEY
 
@@ -30,13 +34,15 @@ Forwarded: no
 """
 
 
-def _commit(tree: Path, files: dict[str, str], subject: str, change: str, part: str) -> None:
+def _commit(
+    tree: Path, files: dict[str, str], subject: str, change: str, part: str, extra: str = ""
+) -> None:
     for rel, text in files.items():
         path = tree / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     run_git(["add", "-A"], cwd=tree)
-    message = HEADER.format(subject=subject, change=change, part=part)
+    message = HEADER.format(subject=subject, change=change, part=part) + extra
     run_git(["commit", "-q", "-m", message], cwd=tree)
 
 
@@ -131,6 +137,173 @@ def test_prove_failing_judges_change_and_hardening(work_tree: Path) -> None:
     listed = run_git(["worktree", "list"], cwd=work_tree).stdout.decode().splitlines()
     assert len(listed) == 1
     assert run_git(["status", "--porcelain"], cwd=work_tree).stdout == b""
+
+
+def _proofs(tree: Path) -> dict:
+    return {p.patch.subject: p for p in prove_failing(tree, sys.executable)}
+
+
+def test_import_errors_without_the_patch_prove_nothing(work_tree: Path) -> None:
+    # the test module imports what the patch adds: without the patch it cannot
+    # be collected, which says nothing about the patch's behaviour
+    _commit(
+        work_tree,
+        {
+            "pkg/pack.py": "def pack(n):\n    return n // 8\n",
+            "tests/test_pack.py": (
+                "from pkg.pack import pack\n\n\ndef test_pack():\n    assert pack(16) == 2\n"
+            ),
+        },
+        "Add a pack helper",
+        "ar-rms-pack-gate",
+        "change",
+    )
+    proof = _proofs(work_tree)["Add a pack helper"]
+    assert proof.with_ is not None and proof.with_.green
+    assert proof.without is not None and proof.without.errors >= 1
+    assert proof.without.failed == 0
+    assert not proof.ok
+    assert proof.verdict == "NOT PROVEN: errors (not failures) without the patch"
+
+
+def test_tests_erroring_with_the_patch_prove_nothing(work_tree: Path) -> None:
+    # red both with and without the patch: an erroring tree is never proven
+    _commit(
+        work_tree,
+        {
+            "pkg/gate.py": "def gate(n):\n    return n % 16 == 0\n",
+            "tests/test_broken.py": (
+                "import a_module_nobody_has\n\n\ndef test_x():\n    assert False\n"
+            ),
+        },
+        "A change whose tests cannot import",
+        "ar-rms-pack-gate",
+        "hardening",
+    )
+    proof = _proofs(work_tree)["A change whose tests cannot import"]
+    assert proof.with_ is not None and proof.with_.errors >= 1
+    assert not proof.ok
+    assert proof.verdict == "NOT PROVEN: its tests do not pass with the patch"
+
+
+def test_skips_without_the_patch_prove_nothing(work_tree: Path) -> None:
+    _commit(
+        work_tree,
+        {
+            "pkg/wide.py": "WIDTH = 64\n",
+            "tests/test_wide.py": (
+                "import pytest\n\n\ndef test_wide():\n"
+                "    wide = pytest.importorskip('pkg.wide')\n    assert wide.WIDTH == 64\n"
+            ),
+        },
+        "Add a width",
+        "ar-rms-pack-gate",
+        "change",
+    )
+    proof = _proofs(work_tree)["Add a width"]
+    assert proof.without is not None and proof.without.skipped == 1
+    assert not proof.ok
+    assert proof.verdict == "NOT PROVEN: every test skipped without the patch"
+
+
+GPU_TEST = (
+    "import pytest\n\n\ndef test_kernel():\n"
+    "    torch = pytest.importorskip('torch')\n"
+    "    if not torch.cuda.is_available():\n"
+    "        pytest.skip('needs a GPU')\n"
+    "    assert False\n"
+)
+
+
+def test_a_declared_gpu_patch_is_reported_not_judged_without_a_gpu(work_tree: Path) -> None:
+    """Fork-Proof: gpu: on a host without a GPU the patch's tests are not run as a
+    proof; the verdict says so and is not counted as proven or failed."""
+    _commit(
+        work_tree,
+        {"csrc/kernel.cu": "// faster\n", "tests/test_kernel.py": GPU_TEST},
+        "A kernel change",
+        "ar-rms-pack-gate",
+        "change",
+        "Fork-Proof: gpu\n",
+    )
+    [commit] = [c for c in patch_commits(work_tree) if c.subject == "A kernel change"]
+    assert commit.needs_gpu
+    proof = _proofs(work_tree)["A kernel change"]
+    assert proof.without is None and proof.with_ is None
+    assert proof.verdict == NO_GPU_HERE
+    assert proof.ok
+
+
+def test_an_undeclared_gpu_only_patch_is_not_proven(work_tree: Path) -> None:
+    _commit(
+        work_tree,
+        {"csrc/kernel.cu": "// faster\n", "tests/test_kernel.py": GPU_TEST},
+        "A kernel change",
+        "ar-rms-pack-gate",
+        "change",
+    )
+    proof = _proofs(work_tree)["A kernel change"]
+    assert not proof.ok
+    assert proof.verdict.startswith("NOT PROVEN")
+
+
+def test_cli_prove_fail_exits_non_zero_on_an_erroring_series(work_tree: Path) -> None:
+    from vllm_fork.cli.main import main
+
+    _commit(
+        work_tree,
+        {"tests/test_gate_import.py": "from pkg.gate import missing\n\n\ndef test_x(): ...\n"},
+        "Tests that fail at import",
+        "ar-rms-pack-gate",
+        "change",
+    )
+    assert main(["test", str(work_tree), "--python", sys.executable, "--prove-fail"]) == 1
+
+
+def _fake_sim_repo(root: Path) -> None:
+    """A fork repository whose sim/ holds a tiny stand-in of vllm_rocm_sim."""
+    root.mkdir()
+    (root / "bases.toml").write_text("")
+    package = root / "sim" / "vllm_rocm_sim"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("ACTIVE = True\n")
+    (package / "plugin.py").write_text(
+        "import pytest\n\nimport vllm_rocm_sim\n\n\n"
+        "@pytest.fixture\ndef rocm_sim():\n    return vllm_rocm_sim\n"
+    )
+    (root / "sim" / "tests").mkdir()
+    (root / "sim" / "tests" / "test_self.py").write_text(
+        "def test_active(rocm_sim):\n    assert rocm_sim.ACTIVE\n"
+    )
+
+
+def test_vllm_trees_get_the_repository_simulation(
+    work_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sim_plugin_args(work_tree) == []  # not a vLLM tree
+    root = tmp_path / "fork"
+    _fake_sim_repo(root)
+    monkeypatch.setenv(ENV_ROOT, str(root))
+    (work_tree / "vllm").mkdir()
+    (work_tree / "vllm" / "__init__.py").write_text("")
+    _commit(
+        work_tree,
+        {
+            "vllm/gate.py": "WIDE = True\n",
+            "tests/test_sim_use.py": (
+                "import vllm_rocm_sim\n\n\n"
+                "def test_sim(rocm_sim):\n    assert rocm_sim is vllm_rocm_sim\n"
+            ),
+        },
+        "A test on the simulation",
+        "ar-rms-pack-gate",
+        "tests",
+    )
+    args = sim_plugin_args(work_tree)
+    assert args == ["-p", SIM_PLUGIN]
+    outcome = run_fork_tests(work_tree, sys.executable, args)
+    # the series' 5 tests and the simulation's self-test, all passing
+    assert outcome.green and outcome.tests == 6
 
 
 def test_parse_junit_missing_report_counts_as_error(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from vllm_fork.deploy.publish import PublishError, publish
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.provenance import PACKAGE_PATH
 
-from .buildutil import make_series, pin_wheel, python_patch
+from .buildutil import make_series, pin_upstream_wheel, python_patch
 from .conftest import ForkRepo
 from .indexserver import PASSWORD, USER, IndexServer, free_port, index_server
 from .test_build_provenance import VERSION, fork_wheel, record_for
@@ -34,7 +34,7 @@ ENV = {"python": "3.11", "torch": "2.11.0"}
 
 @pytest.fixture
 def series_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
-    pin_wheel(fork_repo)
+    pin_upstream_wheel(fork_repo, tmp_path / "upstream")
     make_series(fork_repo, tmp_path, python_patch)
     return fork_repo
 
@@ -50,7 +50,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexSer
 def released(repo: ForkRepo, directory: Path) -> Path:
     directory.mkdir(exist_ok=True)
     record = record_for(repo)
-    wheel = fork_wheel(directory, record)
+    wheel = fork_wheel(directory, record, tree=repo.root.parent / "wt")
     write_release_files(wheel, record, ENV)
     return wheel
 
@@ -108,7 +108,7 @@ def test_publish_refuses_a_different_file_of_the_same_name(
     publish(series_repo.config, [first], server.url)
     record = record_for(series_repo)
     (tmp_path / "b").mkdir()
-    second = fork_wheel(tmp_path / "b", record)
+    second = fork_wheel(tmp_path / "b", record, tree=series_repo.root.parent / "wt")
     with open(second, "ab") as fh:  # same name, other bytes (zip comment)
         fh.write(b"\0")
     write_release_files(second, record, ENV)
@@ -129,7 +129,9 @@ def test_publish_index_without_sha256_digests(
         again = publish(series_repo.config, [first], srv.url)
         assert [d.action for d in again] == ["already there"]
         (tmp_path / "b").mkdir()
-        second = fork_wheel(tmp_path / "b", record_for(series_repo))
+        second = fork_wheel(
+            tmp_path / "b", record_for(series_repo), tree=series_repo.root.parent / "wt"
+        )
         with open(second, "ab") as fh:
             fh.write(b"\0")
         write_release_files(second, record_for(series_repo), ENV)
@@ -189,7 +191,7 @@ def test_release_notes_since_the_previous_published_version(
     old["series"]["patches"] = []
     (tmp_path / "old").mkdir()
     # an older fork version already on the index (put there as an earlier publish did)
-    fork_wheel(tmp_path / "old", old, version=old_version)
+    fork_wheel(tmp_path / "old", old, version=old_version, tree=series_repo.root.parent / "wt")
     for f in (tmp_path / "old").iterdir():
         shutil.copy(f, server.packages / f.name)
     wheel = released(series_repo, tmp_path / "d")

@@ -251,8 +251,9 @@ CHANGES: tuple[Change, ...] = (
 SUPPORT: tuple[Support, ...] = (
     Support(
         id="rocm-sim",
-        title="The ROCm/AITER simulation the fork's tests run on CPU",
-        files=("tests/rocm/sim/", "tests/rocm/__init__.py", "tests/rocm/conftest.py"),
+        title="Test infrastructure around the ROCm/AITER simulation, which itself lives "
+        "once in the fork repository's sim/ (vllm_rocm_sim), not in the tree",
+        files=(),
     ),
 )
 

@@ -19,6 +19,7 @@ from vllm_fork.config import Config
 from vllm_fork.errors import PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
+from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.series.patches import Series, load_series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import load_pins
@@ -50,10 +51,12 @@ class StatusReport:
     version: str
     patches: tuple[str, ...]
     changes: tuple[ChangeStatus, ...]
+    aiter: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base": self.version,
+            "aiter": self.aiter,
             "series": list(self.patches),
             "changes": {c.change: c.to_json() for c in self.changes},
         }
@@ -97,9 +100,12 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
     series = load_series(config.series_dir(base.version))
     tag = ensure_upstream(config, base, Fetcher(config))
     repo = config.upstream_repo
-    pristine = probe_all(GitTree(repo, tag))
+    pristine_tree = GitTree(repo, tag)
+    pristine = probe_all(pristine_tree)
+    aiter = aiter_pin(pristine_tree)
     if tree is not None:
         patched = probe_all(DirTree(tree))
+        aiter = aiter_pin(DirTree(tree))
         commits = series_commits(tree, tag)
         names = tuple(c.subject for c in commits)
         # (name, change, part) of each patch, as committed in the tree
@@ -121,11 +127,12 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
         changes.append(
             ChangeStatus(change, state, reason, tuple(name for name, _ in mine), hardening)
         )
-    return StatusReport(base.version, names, tuple(changes))
+    return StatusReport(base.version, names, tuple(changes), aiter)
 
 
 def format_status(report: StatusReport) -> str:
     lines = [f"vLLM {report.version} + {len(report.patches)} patch(es) ({tag_for(report.version)})"]
+    lines.append(f"  AITER pinned by docker/Dockerfile.rocm_base: {report.aiter or 'none'}")
     width = max(len(c.change) for c in report.changes) if report.changes else 0
     for c in report.changes:
         line = f"  {c.change:<{width}}  {c.state:<8}  {c.reason}"

@@ -218,7 +218,11 @@ def _test_run(args: argparse.Namespace, config: Config) -> int:
         proofs = prove_failing(tree, python, extra)
         print(format_proofs(proofs))
         if not all(proof.ok for proof in proofs):
-            print("vllm-fork: error: some patch's tests pass without it", file=sys.stderr)
+            print(
+                "vllm-fork: error: some patch is not proven (its tests must pass with it "
+                "and fail, not error or skip, without it)",
+                file=sys.stderr,
+            )
             status = 1
     # pytest-style closing line for whoever reads only the end of the log
     print(

@@ -35,6 +35,17 @@ class DirTree:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def list_files(self, prefix: str) -> list[str]:
+        """Tree-relative paths of every file under the folder ``prefix``, sorted."""
+        base = self.root / _clean(prefix)
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+
+    def files_containing(self, prefix: str, text: str) -> list[str]:
+        """The files of list_files(prefix) whose text contains ``text``."""
+        return [p for p in self.list_files(prefix) if text in (self.read_text(p) or "")]
+
     def __repr__(self) -> str:
         return f"DirTree({str(self.root)!r})"
 
@@ -62,6 +73,30 @@ class GitTree:
         if key not in self._cache:
             self._cache[key] = self._read(key)
         return self._cache[key]
+
+    def list_files(self, prefix: str) -> list[str]:
+        """Tree-relative paths of every file under the folder ``prefix``, sorted."""
+        out = subprocess.run(
+            ["git", "-C", str(self.repo), "ls-tree", "-r", "--name-only", "-z", self._tree, "--"]
+            + [_clean(prefix) + "/"],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            return []
+        return sorted(name for name in out.stdout.split("\0") if name)
+
+    def files_containing(self, prefix: str, text: str) -> list[str]:
+        """The files of list_files(prefix) whose text contains ``text`` (git grep)."""
+        out = subprocess.run(
+            ["git", "-C", str(self.repo), "grep", "-l", "-z", "-F", "-e", text, self._tree, "--"]
+            + [_clean(prefix) + "/"],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode not in (0, 1):
+            return []
+        return sorted(n.partition(":")[2] for n in out.stdout.split("\0") if n)
 
     def _read(self, path: str) -> str | None:
         spec = f"{self._tree}:{path}"

@@ -18,7 +18,7 @@ from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
-KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream")
+KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream", "Fork-Proof")
 
 
 def known_changes() -> tuple[str, ...]:

@@ -3,13 +3,21 @@ prove that they can fail.
 
 The tests of a patch are the ``tests/**/test_*.py`` modules the patch adds or
 modifies. ``run_fork_tests`` runs all of them on the work tree as it is.
+
+vLLM trees get the fork's ROCm simulation, kept once in the repository's
+``sim/`` (package ``vllm_rocm_sim``): every pytest run in such a tree has
+``sim/`` on its ``PYTHONPATH`` and loads ``-p vllm_rocm_sim.plugin``, and
+``run_fork_tests`` also runs the simulation's self-test (``sim/tests``).
+
 ``prove_failing`` checks, for every ``change`` and ``hardening`` patch, that
-its tests fail on the tree without that patch: a detached worktree at the
-patch's parent commit receives the patch's test modules (and nothing else of
-the patch) and pytest must report at least one failure or error there.
-``tests`` patches pin behaviour the base already has, so they are expected
-to pass on their parent and are reported, not judged; ``support`` patches
-carry test infrastructure and are skipped.
+its tests are real: they pass on the work tree (with the patch), and they
+fail by a failing test on the tree without that patch (a detached worktree
+at the patch's parent commit receiving the patch's test modules and nothing
+else of it). Errors (collection, import, fixture setup), skips, or a missing
+report are never a proof, neither with nor without the patch. ``tests``
+patches pin behaviour the base already has, so they are expected to pass on
+their parent and are reported, not judged; ``support`` patches carry test
+infrastructure and are skipped.
 """
 
 from __future__ import annotations
@@ -24,11 +32,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.changes.state import JUDGED_PARTS, PART_TESTS
-from vllm_fork.errors import ForkError, WorkTreeError
+from vllm_fork.config import find_root
+from vllm_fork.errors import ConfigError, ForkError, WorkTreeError
 from vllm_fork.git import run_git
 from vllm_fork.tree.commits import series_commits
 
-SIM_PLUGIN = "tests/rocm/sim/plugin.py"
+SIM_DIR = "sim"  # in the fork repository, next to bases.toml
+SIM_PACKAGE = "vllm_rocm_sim"
+SIM_PLUGIN = f"{SIM_PACKAGE}.plugin"
+SIM_SELF_TEST = "tests"  # in SIM_DIR
+# A patch whose tests need a GPU declares it; on a host without one it is
+# reported, not judged (its proof is a run on a GPU host: bench/gpu/).
+PROOF_TRAILER = "Fork-Proof"
+PROOF_GPU = "gpu"
+NO_GPU_HERE = "needs a GPU: not judged on this host (Fork-Proof: gpu)"
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,19 @@ class PatchCommit:
     change: str
     part: str
     test_files: tuple[str, ...]
+    # ``Fork-Proof: gpu``: its tests need a CUDA/HIP GPU (they skip elsewhere)
+    needs_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One ``<testcase>`` of a JUnit report: ``address`` is its class name and
+    name dotted as pytest writes them (``tests.rocm.test_x.test_y``; a module
+    that failed to import is ``tests.rocm.test_x``), ``result`` one of passed,
+    failed, error, skipped."""
+
+    address: str
+    result: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +77,7 @@ class PytestOutcome:
     failed: int
     errors: int
     skipped: int
+    cases: tuple[TestCase, ...] = ()
 
     @property
     def passed(self) -> int:
@@ -66,36 +97,89 @@ class PytestOutcome:
             f"{self.skipped} skipped"
         )
 
+    def of_files(self, files: Sequence[str]) -> PytestOutcome:
+        """The part of this outcome that belongs to the test modules ``files``
+        (as of a run over more modules); none of their cases in it is an error."""
+        dotted = tuple(f.removesuffix(".py").replace("/", ".") for f in files)
+        cases = tuple(
+            c
+            for c in self.cases
+            if any(c.address == d or c.address.startswith(f"{d}.") for d in dotted)
+        )
+        count = {r: sum(c.result == r for c in cases) for r in ("failed", "error", "skipped")}
+        if not cases:
+            return PytestOutcome(self.returncode, tests=1, failed=0, errors=1, skipped=0)
+        return PytestOutcome(
+            self.returncode,
+            tests=len(cases),
+            failed=count["failed"],
+            errors=count["error"],
+            skipped=count["skipped"],
+            cases=cases,
+        )
+
 
 @dataclass(frozen=True)
 class FailProof:
+    """The one rule of ``--prove-fail``: a judged patch is proven when its
+    tests pass with it (``with_``: green, no error) and, without it, at least
+    one test fails and none errors. Collection/import/setup errors and skips
+    prove nothing: a test that cannot run cannot tell the patch's absence."""
+
     patch: PatchCommit
-    without: PytestOutcome | None  # None: not judged (tests/support part)
+    without: PytestOutcome | None  # None: not judged (tests/support part, or no GPU here)
+    with_: PytestOutcome | None = None
 
     @property
     def verdict(self) -> str:
         if self.without is None:
-            return "pins upstream behaviour" if self.patch.part == PART_TESTS else "not judged"
-        if self.without.red:
+            if self.patch.part == PART_TESTS:
+                return "pins upstream behaviour"
+            if self.patch.needs_gpu and self.patch.part in JUDGED_PARTS:
+                return NO_GPU_HERE
+            return "not judged"
+        if self.with_ is None or not self.with_.green:
+            return "NOT PROVEN: its tests do not pass with the patch"
+        if self.without.errors:
+            return "NOT PROVEN: errors (not failures) without the patch"
+        if self.without.failed:
             return "fails without the patch"
         if self.without.passed == 0:
-            return "NOT PROVEN: every test skipped here"
+            return "NOT PROVEN: every test skipped without the patch"
         return "NOT PROVEN: passes without the patch"
 
     @property
     def ok(self) -> bool:
-        return self.without is None or self.without.red or self.without.passed == 0
+        return self.verdict in (
+            "fails without the patch",
+            "pins upstream behaviour",
+            "not judged",
+            NO_GPU_HERE,
+        )
+
+
+def is_vllm_tree(tree: Path) -> bool:
+    return (tree / "vllm" / "__init__.py").is_file()
+
+
+def sim_dir() -> Path:
+    """The fork's ROCm simulation: ``sim/`` of the fork repository, found as
+    ``bases.toml`` is (``$VLLM_FORK_ROOT``, the current directory or its
+    parents, the checkout the tool runs from)."""
+    path = find_root() / SIM_DIR
+    if not (path / SIM_PACKAGE / "plugin.py").is_file():
+        raise ConfigError(f"the fork repository has no ROCm simulation at {path / SIM_PACKAGE}")
+    return path
 
 
 def sim_plugin_args(tree: Path) -> list[str]:
-    """Load the fork's ROCm simulation as a pytest plugin when the tree has it.
+    """Load the fork's ROCm simulation as a pytest plugin into a vLLM tree.
 
     The simulation must be active before vLLM resolves its platform, which
     the tree's root conftest does, so it cannot be a conftest itself.
+    ``run_pytest`` puts its directory on ``PYTHONPATH``.
     """
-    if (tree / SIM_PLUGIN).is_file():
-        return ["-p", SIM_PLUGIN.removesuffix(".py").replace("/", ".")]
-    return []
+    return ["-p", SIM_PLUGIN] if is_vllm_tree(tree) else []
 
 
 def is_test_module(path: str) -> bool:
@@ -112,6 +196,7 @@ def patch_commits(tree: Path) -> list[PatchCommit]:
             change=c.change,
             part=c.part,
             test_files=tuple(f for f in c.paths("A", "M") if is_test_module(f)),
+            needs_gpu=(c.get(PROOF_TRAILER) or "").strip().lower() == PROOF_GPU,
         )
         for c in series_commits(tree)
     ]
@@ -121,8 +206,20 @@ def _count(suites: list[ET.Element], key: str) -> int:
     return sum(int(s.get(key, "0")) for s in suites)
 
 
+def _case(element: ET.Element) -> TestCase:
+    result = "passed"
+    for tag in ("error", "failure", "skipped"):
+        if element.find(tag) is not None:
+            result = {"failure": "failed"}.get(tag, tag)
+            break
+    address = ".".join(filter(None, (element.get("classname", ""), element.get("name", ""))))
+    return TestCase(address=address, result=result)
+
+
 def parse_junit(path: Path, returncode: int) -> PytestOutcome:
-    """Counts from pytest's JUnit XML report."""
+    """Counts (and the test cases) from pytest's JUnit XML report: a test that
+    raised in its body is a failure; collection, import and fixture problems
+    are errors."""
     if not path.exists():
         # pytest died before writing its report (e.g. an import error in a plugin)
         return PytestOutcome(returncode, tests=1, failed=0, errors=1, skipped=0)
@@ -134,6 +231,7 @@ def parse_junit(path: Path, returncode: int) -> PytestOutcome:
         failed=_count(suites, "failures"),
         errors=_count(suites, "errors"),
         skipped=_count(suites, "skipped"),
+        cases=tuple(_case(c) for s in suites for c in s.iter("testcase")),
     )
 
 
@@ -161,7 +259,8 @@ def run_pytest(
             *files,
         ]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+        sim = [str(sim_dir())] if SIM_PLUGIN in extra_args else []
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), *sim, env.get("PYTHONPATH")]))
         try:
             proc = subprocess.run(
                 cmd,
@@ -188,25 +287,46 @@ def all_test_files(commits: Sequence[PatchCommit], tree: Path) -> list[str]:
     return list(seen)
 
 
+def sim_self_test_args(tree: Path, extra_args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """When the simulation is loaded: the extra pytest arguments and files that
+    add its self-test to a run in ``tree``. The self-test lives outside the
+    tree, so the tree's rootdir and configuration are named explicitly."""
+    if SIM_PLUGIN not in extra_args:
+        return [], []
+    config = [f"--rootdir={tree}"]
+    if (tree / "pyproject.toml").is_file():
+        config += ["-c", str(tree / "pyproject.toml")]
+    return config, [str(sim_dir() / SIM_SELF_TEST)]
+
+
 def run_fork_tests(tree: Path, python: str, extra_args: Sequence[str] = ()) -> PytestOutcome:
+    """The series' test modules (and, in a vLLM tree, the simulation's self-test)."""
     commits = patch_commits(tree)
     files = all_test_files(commits, tree)
     if not files:
         raise WorkTreeError(f"the series of {tree} adds no test modules")
-    return run_pytest(tree, python, files, extra_args=extra_args)
+    config, self_test = sim_self_test_args(tree, extra_args)
+    return run_pytest(tree, python, [*files, *self_test], extra_args=[*config, *extra_args])
 
 
 def prove_failing(
     tree: Path, python: str, extra_args: Sequence[str] = (), quiet: bool = True
 ) -> list[FailProof]:
-    """Run each judged patch's tests on the tree without that patch."""
+    """Run each judged patch's tests on the tree with it (once, all together)
+    and on the tree without that patch."""
+    commits = [c for c in patch_commits(tree) if c.test_files]
+    gpu = has_gpu(python) if any(c.needs_gpu for c in commits) else False
+    judged = [c for c in commits if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
+    present = all_test_files(judged, tree)
+    with_all = (
+        run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet) if present else None
+    )
     proofs = []
-    for commit in patch_commits(tree):
-        if not commit.test_files:
-            continue
-        if commit.part not in JUDGED_PARTS:
+    for commit in commits:
+        if commit not in judged:
             proofs.append(FailProof(commit, None))
             continue
+        with_ = with_all.of_files(commit.test_files) if with_all else None
         scratch = Path(tempfile.mkdtemp(prefix="vllm-fork-without-"))
         worktree = scratch / "tree"
         try:
@@ -215,7 +335,7 @@ def prove_failing(
             outcome = run_pytest(
                 worktree, python, commit.test_files, extra_args=extra_args, quiet=quiet
             )
-            proofs.append(FailProof(commit, outcome))
+            proofs.append(FailProof(commit, outcome, with_))
         finally:
             run_git(["worktree", "remove", "--force", worktree], cwd=tree, check=False)
             run_git(["worktree", "prune"], cwd=tree, check=False)
@@ -223,12 +343,22 @@ def prove_failing(
     return proofs
 
 
+def has_gpu(python: str) -> bool:
+    """Whether torch in the tree's interpreter sees a CUDA or HIP GPU."""
+    probe = Path(__file__).with_name("has_gpu.py")
+    return subprocess.run([python, str(probe)], capture_output=True).returncode == 0
+
+
 def format_proofs(proofs: Sequence[FailProof]) -> str:
-    rows = ["| patch | change | part | without the patch | verdict |", "|---|---|---|---|---|"]
+    rows = [
+        "| patch | change | part | with the patch | without the patch | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for proof in proofs:
-        outcome = proof.without.summary() if proof.without else "-"
+        with_ = proof.with_.summary() if proof.with_ else "-"
+        without = proof.without.summary() if proof.without else "-"
         rows.append(
             f"| {proof.patch.subject} | {proof.patch.change} | {proof.patch.part} "
-            f"| {outcome} | {proof.verdict} |"
+            f"| {with_} | {without} | {proof.verdict} |"
         )
     return "\n".join(rows)

@@ -1,0 +1,99 @@
+"""What a vLLM tree pins and imports of the ROCm stack, read from its sources.
+
+- the AITER tag its ROCm base image builds (``ARG AITER_BRANCH`` in
+  ``docker/Dockerfile.rocm_base``), parsed with ``dockerfile-parse``;
+- every ``amdsmi`` name its Python code imports (``from amdsmi import X`` or
+  ``amdsmi.X`` after ``import amdsmi``), read with ``ast``.
+
+The ROCm simulation's contracts are keyed by these facts; nothing here is
+typed by hand per release.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import logging
+import shlex
+from typing import Protocol
+
+from dockerfile_parse import DockerfileParser
+
+from vllm_fork.probes.pyast import parse
+from vllm_fork.probes.trees import SourceTree
+
+log = logging.getLogger(__name__)
+
+ROCM_BASE_DOCKERFILE = "docker/Dockerfile.rocm_base"
+AITER_ARG = "AITER_BRANCH"
+
+
+class ListableTree(SourceTree, Protocol):
+    def list_files(self, prefix: str) -> list[str]: ...
+
+    def files_containing(self, prefix: str, text: str) -> list[str]: ...
+
+
+def dockerfile_args(text: str) -> dict[str, str]:
+    """``ARG name=value`` defaults of a Dockerfile, first definition wins."""
+    # A file object keeps the parser from creating ./Dockerfile.
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode("utf-8")), env_replace=False)
+    found: dict[str, str] = {}
+    for instr in parser.structure:
+        if instr["instruction"] != "ARG":
+            continue
+        try:
+            words = shlex.split(instr["value"], comments=True)
+        except ValueError:
+            continue
+        for word in words:
+            name, sep, value = word.partition("=")
+            if sep and name not in found:
+                found[name] = value
+    return found
+
+
+def aiter_pin(tree: SourceTree) -> str | None:
+    """The AITER tag (or branch) the tree's ROCm base image checks out; None
+    when the tree has no ROCm base Dockerfile or it names no AITER_BRANCH."""
+    text = tree.read_text(ROCM_BASE_DOCKERFILE)
+    if text is None:
+        return None
+    return dockerfile_args(text).get(AITER_ARG) or None
+
+
+def amdsmi_imports_in(source: str) -> set[str]:
+    """Names of ``amdsmi`` one Python source imports or reads as attributes."""
+    module = parse(source)
+    if module is None:
+        return set()
+    names: set[str] = set()
+    aliases: set[str] = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.module == "amdsmi" and node.level == 0:
+            names.update(a.name for a in node.names if a.name != "*")
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname or a.name for a in node.names if a.name == "amdsmi")
+    if aliases:
+        for node in ast.walk(module):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+            ):
+                names.add(node.attr)
+    return names
+
+
+def amdsmi_imports(tree: ListableTree, package: str = "vllm") -> dict[str, list[str]]:
+    """Every ``amdsmi`` name the tree's package uses -> the files that use it."""
+    users: dict[str, list[str]] = {}
+    for path in tree.files_containing(package, "amdsmi"):
+        if not path.endswith(".py"):
+            continue
+        text = tree.read_text(path)
+        if text is None:
+            continue
+        for name in sorted(amdsmi_imports_in(text)):
+            users.setdefault(name, []).append(path)
+    return dict(sorted(users.items()))
