@@ -138,6 +138,27 @@ def _after_steps(onto: str) -> list[str]:
     ]
 
 
+def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Path | None:
+    """The update tree of ``version`` when its rebase stopped earlier and has
+    finished since (its report still says it needs a maintainer)."""
+    import json
+
+    from vllm_fork.rebase.replay import git_dir as find_git_dir
+    from vllm_fork.rebase.state import load_state
+
+    tree = (work_dir or config.root / "work" / f"update-{version}").absolute()
+    report = config.root / "work" / f"update-{version}-report.json"
+    if not (tree / ".git").exists() or not report.is_file():
+        return None
+    try:
+        status = json.loads(report.read_text()).get("status")
+    except ValueError:
+        return None
+    if status not in (STOPPED, IN_PROGRESS) or load_state(find_git_dir(tree)) is not None:
+        return None
+    return tree
+
+
 def _target(config: Config, fetcher: Fetcher) -> tuple[str | None, list[str]]:
     """The release to rebase onto and the releases newly pinned."""
     from vllm_fork.sources.pinner import pin_versions
@@ -168,7 +189,16 @@ def update(
     pins = load_pins(config.bases_file)
     source = newest_series(config, pins)
     if onto is None:
-        return UpdateReport(UP_TO_DATE, from_version=source, pinned=pinned)
+        finished = _finished_by_hand(config, source, work_dir)
+        if finished is None:
+            return UpdateReport(UP_TO_DATE, from_version=source, pinned=pinned)
+        # series/<source> came out of a rebase this command stopped and a
+        # maintainer finished: it has not been tested yet
+        onto, tree = source, finished
+        report = UpdateReport(DONE, onto_version=onto, pinned=pinned, tree=str(tree))
+        _test(config, tree, torch, report)
+        report.next_steps = _after_steps(onto)
+        return report
     tree = (work_dir or config.root / "work" / f"update-{onto}").absolute()
     report = UpdateReport(
         IN_PROGRESS, from_version=source, onto_version=onto, pinned=pinned, tree=str(tree)
