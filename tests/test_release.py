@@ -302,3 +302,35 @@ def test_update_tests_the_series_once_the_maintainer_finished_the_rebase(
     # the tests ran (the synthetic series has none: that is the problem reported)
     assert any("adds no test modules" in p for p in data["problems"])
     assert any("release-check --bases" in step for step in data["next_steps"])
+
+
+def test_a_requirement_the_index_lacks_is_relaxed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_fork.release import treevenv
+
+    reqs = tmp_path / "requirements" / "common.txt"
+    reqs.parent.mkdir()
+    reqs.write_text("regex  # comment\ncertifi >= 2099.1.1\nnumpy; python_version > '3'\n")
+    seen: list[str] = []
+
+    def pip(python: Path, *args: str) -> None:
+        text = Path(args[1]).read_text()
+        seen.append(text)
+        if "certifi>=2099" in text.replace(" ", ""):
+            raise treevenv.TreeVenvError(
+                "pip failed:\nERROR: No matching distribution found for certifi>=2099.1.1"
+            )
+
+    monkeypatch.setattr(treevenv, "_pip", pip)
+    treevenv._install_requirements(Path("python"), reqs)
+    assert len(seen) == 2
+    assert "certifi\n" in seen[1] and "regex" in seen[1] and "numpy" in seen[1]
+    assert list(reqs.parent.iterdir()) == [reqs]  # the rewritten copy is gone
+
+    def no_index(python: Path, *args: str) -> None:
+        raise treevenv.TreeVenvError("ERROR: Could not install, network down")
+
+    monkeypatch.setattr(treevenv, "_pip", no_index)
+    with pytest.raises(treevenv.TreeVenvError, match="network down"):
+        treevenv._install_requirements(Path("python"), reqs)

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -63,6 +64,51 @@ def _pip(python: Path, *args: str) -> None:
         raise TreeVenvError(f"pip install {' '.join(args)} failed:\n{tail}")
 
 
+_NO_MATCH = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)")
+MAX_RELAXED = 10
+
+
+def _install_requirements(python: Path, reqs: Path) -> None:
+    """``pip install -r reqs`` plus the test tools. A requirement the index
+    cannot satisfy (a tree newer than the index's snapshot, e.g. certifi of a
+    later date) is relaxed to its newest available version, with a warning:
+    the fork tests run on CPU and do not depend on such lower bounds."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    lines = reqs.read_text().splitlines()
+    relaxed: list[str] = []
+    for _ in range(MAX_RELAXED):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=reqs.parent) as fh:
+            fh.write("\n".join(lines) + "\n")
+            fh.flush()
+            try:
+                _pip(python, "-r", fh.name, *TEST_TOOLS)
+                break
+            except TreeVenvError as exc:
+                match = _NO_MATCH.search(str(exc))
+                if match is None:
+                    raise
+                name = match.group(1).lower()
+        changed = False
+        for i, line in enumerate(lines):
+            try:
+                req = Requirement(line.split("#", 1)[0].strip())
+            except InvalidRequirement:
+                continue
+            if req.name.lower() == name and req.specifier:
+                marker = f"; {req.marker}" if req.marker else ""
+                lines[i] = f"{req.name}{marker}"
+                relaxed.append(f"{req.name}{req.specifier}")
+                changed = True
+        if not changed:
+            raise TreeVenvError(f"no version of {name} on the index satisfies {reqs}")
+        log.warning("tree venv: %s is not on the index; installing its newest version", name)
+    else:
+        raise TreeVenvError(f"too many requirements of {reqs} are not on the index")
+    if relaxed:
+        log.warning("tree venv: relaxed %s", ", ".join(relaxed))
+
+
 def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Path:
     """The interpreter of the tree venv for ``spec``, installed for ``tree``."""
     spec = torch_spec(spec)
@@ -81,7 +127,7 @@ def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Pat
             venv.EnvBuilder(with_pip=True).create(where)
         stamp.unlink(missing_ok=True)  # a killed install is redone, never trusted
         _pip(python, spec)
-        _pip(python, "-r", str(tree / "requirements" / "common.txt"), *TEST_TOOLS)
+        _install_requirements(python, tree / "requirements" / "common.txt")
         stamp.write_text(want + "\n")
     return python
 

@@ -38,6 +38,7 @@ UP_TO_DATE = "up to date"
 DONE = "rebased"
 STOPPED = "needs a maintainer"
 IN_PROGRESS = "rebase in progress"
+VENV_PROBLEM = "the test venv could not be made:"
 
 
 def index_releases(fetcher: Fetcher) -> list[Version]:
@@ -151,10 +152,13 @@ def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Pa
     if not (tree / ".git").exists() or not report.is_file():
         return None
     try:
-        status = json.loads(report.read_text()).get("status")
+        data = json.loads(report.read_text())
     except ValueError:
         return None
-    if status not in (STOPPED, IN_PROGRESS) or load_state(find_git_dir(tree)) is not None:
+    untested = data.get("status") in (STOPPED, IN_PROGRESS) or any(
+        str(p).startswith(VENV_PROBLEM) for p in data.get("problems", [])
+    )
+    if not untested or load_state(find_git_dir(tree)) is not None:
         return None
     return tree
 
@@ -237,11 +241,15 @@ def update(
 
 def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
     from vllm_fork.release import check
-    from vllm_fork.release.treevenv import ensure_tree_venv
+    from vllm_fork.release.treevenv import TreeVenvError, ensure_tree_venv
     from vllm_fork.testing.forktests import prove_failing, run_fork_tests
 
     try:
         python = str(ensure_tree_venv(config, tree, torch))
+    except TreeVenvError as exc:  # the next update tries again
+        report.problems.append(f"{VENV_PROBLEM} {exc}")
+        return
+    try:
         extra = check.pytest_args(tree)
         outcome = run_fork_tests(tree, python, extra)
         report.tests = {
@@ -271,9 +279,14 @@ def format_update(report: UpdateReport) -> str:
     if report.onto_version is None:
         lines.append(f"No release newer than the newest series ({report.from_version}).")
         return "\n".join(lines)
-    lines.append(
-        f"Rebase: series/{report.from_version} onto {report.onto_version} in {report.tree}"
-    )
+    if report.from_version is None:
+        lines.append(
+            f"Tested series/{report.onto_version} (rebase finished by hand) in {report.tree}"
+        )
+    else:
+        lines.append(
+            f"Rebase: series/{report.from_version} onto {report.onto_version} in {report.tree}"
+        )
     if report.patches:
         counts: dict[str, int] = {}
         for row in report.patches:
