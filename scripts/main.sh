@@ -14,9 +14,12 @@ ensure_venv ""
 base="${BASE:-$(default_base)}"
 dist="${DIST:-dist}"
 .venv/bin/vllm-fork status --base "$base"
-out="$(.venv/bin/vllm-fork build --base "$base" -o "$dist" "$@")"
-echo "$out"
-if [[ " $* " != *" --dry-run "* ]]; then
-    wheel="$(head -n1 <<<"$out" | cut -d' ' -f1)"
-    .venv/bin/vllm-fork verify "$wheel"
+if [[ " $* " == *" --dry-run "* ]]; then
+    .venv/bin/vllm-fork build --base "$base" -o "$dist" "$@"
+    exit 0
 fi
+# --json: one object on stdout (progress on stderr); the wheel is read from it
+result="$(.venv/bin/vllm-fork build --base "$base" -o "$dist" --json "$@")"
+echo "$result"
+wheel="$(.venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["wheel"])' <<<"$result")"
+.venv/bin/vllm-fork verify "$wheel"

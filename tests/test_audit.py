@@ -34,7 +34,7 @@ def record(repo: ForkRepo, mode: str = "precompiled", **base_extra: object) -> d
         mode=mode,
         device="cuda",
         tool_version=__version__,
-    )
+    ).to_json()
     rec["base"].update(base_extra)
     return rec
 

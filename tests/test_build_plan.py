@@ -10,7 +10,7 @@ import pytest
 from vllm_fork.build.builder import BuildRequest, build
 from vllm_fork.build.env import BuildEnvError, PythonInfo, check_build_python, check_toolchain
 from vllm_fork.build.options import load_full_options, parse_source_option
-from vllm_fork.build.plan import DRIVER, SCRUBBED, FullOptions, PlanError, plan_build
+from vllm_fork.build.plan import SCRUBBED, FullOptions, PlanError, plan_build
 from vllm_fork.cli.main import main
 from vllm_fork.errors import UsageError
 
@@ -40,9 +40,10 @@ def plan(mode: str, device: str = "cuda", full: FullOptions | None = None, **kw)
 
 
 def settings(p) -> dict:
-    assert p.command[:3] == ("/env/bin/python", "-c", DRIVER)
-    assert p.command[3:5] == ("setuptools.build_meta", str(OUT))
-    return json.loads(p.command[5])
+    assert p.python == "/env/bin/python" and p.out_dir == OUT
+    assert p.backend is None  # no tree yet: read from its pyproject.toml at build time
+    json.dumps(p.config_settings)  # passed to the hook as JSON
+    return p.config_settings
 
 
 def test_precompiled_plan() -> None:
@@ -340,12 +341,157 @@ def test_cli_dry_run(
     assert "CMAKE_C_COMPILER_LAUNCHER" not in out
 
 
-def test_build_trees_survive_the_cache_lock(fork_repo: ForkRepo) -> None:
-    from vllm_fork.build.builder import work_root
+# An in-tree PEP 517 backend (named by the tree's pyproject.toml, found through its
+# backend-path) that writes a small fork wheel the way vLLM's build would: the tree's
+# vllm/ files, the version from VLLM_VERSION_OVERRIDE, a correct RECORD. Meanwhile
+# another run takes the cache lock, as a download would.
+FAKE_BACKEND = """\
+import base64, csv, hashlib, io, os, warnings, zipfile
+from pathlib import Path
+
+
+def _digest(data):
+    raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + raw.decode()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     from vllm_fork.lock import cache_lock
 
-    tree = work_root(fork_repo.config) / "build-x" / "src"
-    tree.mkdir(parents=True)
-    with cache_lock(fork_repo.config.cache_dir):  # taken by downloads during a build
+    with cache_lock(Path(os.environ["VLLM_FORK_CACHE_DIR"])):
         pass
-    assert tree.is_dir()
+    version = os.environ["VLLM_VERSION_OVERRIDE"]
+    files = {p.as_posix(): p.read_bytes() for p in sorted(Path("vllm").rglob("*")) if p.is_file()}
+    files["vllm/_version.py"] = f"__version__ = version = '{version}'\\n".encode()
+    info = f"vllm-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.4\\nName: vllm\\nVersion: {version}\\n"
+    files[f"{info}/METADATA"] = metadata.encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    out = io.StringIO()
+    rows = csv.writer(out, lineterminator="\\n")
+    for name, data in files.items():
+        rows.writerow([name, _digest(data), len(data)])
+    rows.writerow([f"{info}/RECORD", "", ""])
+    files[f"{info}/RECORD"] = out.getvalue().encode()
+    name = f"vllm-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for member, data in files.items():
+            zf.writestr(member, data)
+    warnings.warn("setuptools-scm: a noisy backend warning")
+    print("creating build/not-this.whl")  # a last log line that names another file
+    return name
+"""
+
+
+def in_tree_backend(tree: Path) -> None:
+    from .gitutil import commit, trailer_block
+
+    commit(
+        tree,
+        "[Build] Build with an in-tree backend",
+        "A PEP 517 backend kept in the tree.",
+        trailer_block(part="support"),
+        {
+            "pyproject.toml": '[build-system]\nbuild-backend = "fake_backend"\n'
+            'backend-path = ["_build"]\n',
+            "_build/fake_backend.py": FAKE_BACKEND,
+        },
+    )
+
+
+def fake_build_python(tmp_path: Path) -> Path:
+    """A build Python whose probe reports a usable environment; it runs everything else."""
+    import sys
+
+    probe = {"python": "3.11", "torch": "2.11.0+cpu", "setuptools": "80.10.2"}
+    probe.update({"setuptools-scm": "10.3.4", "torch_cuda": None, "torch_hip": None})
+    fake = tmp_path / "build-python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"case \"$*\" in *pyinfo.py*) echo '{json.dumps(probe)}' ;; "
+        f'*) exec {sys.executable} "$@" ;; esac\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_read_backend(tmp_path: Path) -> None:
+    from vllm_fork.build.plan import LEGACY_BACKEND, Backend, read_backend
+
+    assert read_backend(tmp_path) == Backend(LEGACY_BACKEND)  # PEP 517: no pyproject.toml
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    assert read_backend(tmp_path) == Backend("setuptools.build_meta")
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nbuild-backend = "be"\nbackend-path = ["tools"]\n'
+    )
+    assert read_backend(tmp_path) == Backend("be", ("tools",))
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nbackend-path = "tools"\n')
+    with pytest.raises(PlanError, match="backend-path"):
+        read_backend(tmp_path)
+
+
+def count_loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count parses of bases.toml, series reads and fetchers made from now on."""
+    from vllm_fork.series import patches
+    from vllm_fork.sources import fetch, pins
+
+    counts = {"pins": 0, "series": 0, "fetchers": 0}
+
+    def counting(name: str, func):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(pins, "load_pins", counting("pins", pins.load_pins))
+    monkeypatch.setattr(patches, "load_series", counting("series", patches.load_series))
+    monkeypatch.setattr(fetch.Fetcher, "__init__", counting("fetchers", fetch.Fetcher.__init__))
+    return counts
+
+
+def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
+    fork_repo: ForkRepo,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """The backend named by the tree's pyproject.toml builds the wheel through the hook;
+    the wheel is the one the hook names; the build tree outlives a cache lock taken
+    meanwhile by another run (which empties <cache>/tmp); --json prints one object."""
+    import hashlib
+
+    make_series(fork_repo, tmp_path, python_patch, in_tree_backend)
+    dist = tmp_path / "dist"
+    loads = count_loads(monkeypatch)
+    # The delta audit against upstream's wheel (test_audit.py) needs a pinned upstream
+    # wheel, which an empty build of this base has not: record that verify reached it.
+    audited: list[Path] = []
+    monkeypatch.setattr(
+        "vllm_fork.build.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
+    )
+    argv = ["build", "--mode", "empty", "--build-python", str(fake_build_python(tmp_path))]
+    assert main([*argv, "-o", str(dist), "--json"]) == 0
+    # one command: bases.toml parsed once, the series read once, at most one fetcher
+    assert (loads["pins"], loads["series"]) == (1, 1) and loads["fetchers"] <= 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    # the backend's warnings go to its log, not to the terminal
+    assert "noisy backend warning" not in captured.err
+    assert not [w for w in recwarn if "noisy backend warning" in str(w.message)]
+    wheel = dist / "vllm-9.9.9+hardened.2-py3-none-any.whl"
+    assert data == {
+        "wheel": str(wheel),
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "version": "9.9.9+hardened.2",
+        "base": "9.9.9",
+        "series_digest": fork_repo.config.series("9.9.9").digest(),
+        "mode": "empty",
+        "device": "cuda",
+    }
+    assert [p.name for p in audited] == [wheel.name]  # verify ran on the hook's wheel
+    assert wheel.name in [p.name for p in dist.iterdir()]
+    assert not any(fork_repo.config.cache.work.iterdir())  # the build tree was removed

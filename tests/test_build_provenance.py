@@ -13,7 +13,7 @@ from vllm_fork import __version__
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.build.wheelfile import Wheel, diff_wheels
 from vllm_fork.cli.main import main
-from vllm_fork.provenance import PACKAGE_PATH, dumps, format_record, make_record
+from vllm_fork.provenance import PACKAGE_PATH, Provenance, dumps, format_record, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 
@@ -27,6 +27,11 @@ TAG = "cp38-abi3-manylinux_2_28_x86_64"
 
 
 def record_for(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION) -> dict:
+    """The record's JSON object, as the build writes it."""
+    return typed_record(repo, mode, version).to_json()
+
+
+def typed_record(repo: ForkRepo, mode: str = "precompiled", version: str = VERSION) -> Provenance:
     base = load_pins(repo.config.bases_file).get(FAKE_VERSION)
     series = load_series(repo.series_dir())
     return make_record(
@@ -81,7 +86,30 @@ def test_record_content(series_repo: ForkRepo) -> None:
     # no upstream wheel in a build that does not reuse its binaries
     assert record_for(series_repo, mode="full")["base"]["upstream_wheel"] is None
     assert dumps(record) == dumps(record_for(series_repo))  # stable bytes
-    assert "0001-ROCm-Change-f3.patch" in format_record(record)
+    typed = typed_record(series_repo)
+    assert dumps(typed) == dumps(record)  # the dataclass writes the same JSON
+    assert Provenance.from_json(record) == typed  # and reads it back
+    assert typed.patches[0].paths == ("vllm/layer.py",) and typed.upstream_wheel is not None
+    assert "0001-ROCm-Change-f3.patch" in format_record(typed)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.update(schema=2), "schema 1"),
+        (lambda r: r.pop("version"), "version is not a string"),
+        (lambda r: r["series"].update(patches={}), "series.patches is not a list"),
+        (lambda r: r["series"]["patches"][0].pop("sha256"), r"patches\[0\]\.sha256"),
+        (lambda r: r["base"].pop("sdist"), "base.sdist is not a table"),
+    ],
+)
+def test_malformed_record_is_refused(series_repo: ForkRepo, tmp_path: Path, edit, message) -> None:
+    record = record_for(series_repo)
+    edit(record)
+    with pytest.raises(ValueError, match=message):
+        Provenance.from_json(record)
+    report = verify_wheel(series_repo.config, fork_wheel(tmp_path, record))
+    assert not report.passed and report.bad[-1].startswith("provenance: "), report.bad
 
 
 def test_verify_good_wheel_passes(series_repo: ForkRepo, tmp_path: Path) -> None:

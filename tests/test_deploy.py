@@ -240,7 +240,7 @@ def test_release_notes(series_repo: ForkRepo, tmp_path: Path) -> None:
 def test_build_refuses_a_bad_signing_key_before_any_work(
     series_repo: ForkRepo, tmp_path: Path
 ) -> None:
-    from vllm_fork.build.builder import BuildRequest, build, work_root
+    from vllm_fork.build.builder import BuildRequest, build
     from vllm_fork.errors import UsageError
 
     bad = tmp_path / "bad.pem"
@@ -248,6 +248,5 @@ def test_build_refuses_a_bad_signing_key_before_any_work(
     req = BuildRequest(mode="empty", out_dir=tmp_path / "dist", signing_key=bad)
     with pytest.raises(UsageError, match="cannot read the signing key"):
         build(series_repo.config, req)
-    assert not work_root(series_repo.config).exists() or not any(
-        work_root(series_repo.config).iterdir()
-    )
+    work = series_repo.config.cache.work
+    assert not work.exists() or not any(work.iterdir())

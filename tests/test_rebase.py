@@ -520,8 +520,8 @@ def test_cli_conflict_continue_and_summary(
     # Upstream's side only: an empty resolution is not taken silently ...
     assert main(["rebase", "--continue", str(tree)]) == 1
     assert "vllm-fork rebase --skip" in capsys.readouterr().err
-    # ... but dropped on request.
-    assert main(["rebase", "--skip", str(tree)]) == 0
+    # ... but dropped on request, with the reason the review records.
+    assert main(["rebase", "--skip", "--reason", "upstream's version is kept", str(tree)]) == 0
     out = capsys.readouterr().out
     assert "dropped by hand (--skip)" in out
     assert "0005-ROCm-Precast-the-bias-once.patch" in out

@@ -187,6 +187,11 @@ def test_cli(fork: Fork, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "| 1.1.0 |" in out and "| 1.2.0 |" not in out
     data = json.loads(out_file.read_text())
     assert [r["version"] for r in data["releases"]] == [BASE, MIDDLE]
+    # --json -: stdout is the JSON alone (the table goes to stderr)
+    assert main(["matrix", "--releases", BASE, MIDDLE, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == data
+    assert "| 1.1.0 |" in captured.err
     assert main(["matrix", "--releases", "7.7.7"]) == 2
 
 

@@ -3,6 +3,7 @@ rule, and a made-up change that every command picks up from the registry alone."
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -199,7 +200,7 @@ def test_a_made_up_sixth_change_needs_only_a_registry_entry(
         device="cuda",
         tool_version=__version__,
     )
-    entries = {p["part"]: p for p in record["series"]["patches"]}
+    entries = {p["part"]: p for p in record.to_json()["series"]["patches"]}
     assert entries["hardening"]["change"] == SIXTH
     assert entries["hardening"]["upstream_pr"] == SIXTH_CHANGE.pr_url
     assert f"[{SIXTH}/hardening]  {SIXTH_CHANGE.pr_url}" in format_record(record)
@@ -207,7 +208,8 @@ def test_a_made_up_sixth_change_needs_only_a_registry_entry(
     # without the registry entry the same series is refused: the entry is what did it
     monkeypatch.setattr(registry, "CHANGES", five)
     with pytest.raises(ForkError, match=SIXTH):
-        compute_status(fork.config, BASE)
+        # a new command, so a new workspace: the series is read (and validated) again
+        compute_status(dataclasses.replace(fork.config), BASE)
 
 
 def fork_tree(fork, version: str):

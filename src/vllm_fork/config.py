@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from platformdirs import user_cache_dir
-
+from vllm_fork.cache import ENV_CACHE, CacheLayout, default_cache_dir
 from vllm_fork.errors import ConfigError
 
-ENV_CACHE = "VLLM_FORK_CACHE_DIR"
+if TYPE_CHECKING:
+    from vllm_fork.workspace import Workspace
+
+__all__ = ["ENV_CACHE", "Config", "default_cache_dir", "find_root", "load_config"]
+
 ENV_OFFLINE = "VLLM_FORK_OFFLINE"
 ENV_ROOT = "VLLM_FORK_ROOT"
 BASES_FILE = "bases.toml"
@@ -43,13 +47,6 @@ def find_root(start: Path | None = None) -> Path:
     )
 
 
-def default_cache_dir() -> Path:
-    env_cache = os.environ.get(ENV_CACHE)
-    if env_cache:
-        return Path(env_cache).expanduser().resolve()
-    return Path(user_cache_dir("vllm-fork"))
-
-
 @dataclass(frozen=True)
 class Config:
     root: Path
@@ -68,23 +65,31 @@ class Config:
         return self.series_root / version
 
     @property
+    def cache(self) -> CacheLayout:
+        return CacheLayout(self.cache_dir)
+
+    @property
     def dist_dir(self) -> Path:
-        return self.cache_dir / "dist"
+        return self.cache.downloads
 
     @property
     def tmp_dir(self) -> Path:
-        return self.cache_dir / "tmp"
+        return self.cache.tmp
 
     @property
     def upstream_repo(self) -> Path:
-        return self.cache_dir / "upstream.git"
+        return self.cache.upstream_git
 
 
 def load_config(
     *, offline: bool = False, root: Path | None = None, cache_dir: Path | None = None
-) -> Config:
-    """Build the configuration; ``offline`` is also switched on by ``$VLLM_FORK_OFFLINE``."""
-    return Config(
+) -> Workspace:
+    """The workspace of one command: the configuration, with pins, series and the
+    fetcher loaded on first use. ``offline`` is also switched on by
+    ``$VLLM_FORK_OFFLINE``."""
+    from vllm_fork.workspace import Workspace
+
+    return Workspace(
         root=root.resolve() if root else find_root(),
         cache_dir=cache_dir.resolve() if cache_dir else default_cache_dir(),
         offline=offline or _truthy(os.environ.get(ENV_OFFLINE)),

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vllm_fork.cache import CacheLayout, lock_file, staging_dir
+
 log = logging.getLogger(__name__)
 
 TMP_PREFIX = ".vllm-fork-tmp."
@@ -110,10 +112,10 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
     holding the lock, so a marked entry there when the lock is first taken
     was left by a killed process and is removed.
     """
-    first = (cache_dir / ".lock").resolve() not in _held
-    with _flock(cache_dir / ".lock", f"the cache {cache_dir}"):
+    first = lock_file(cache_dir).resolve() not in _held
+    with _flock(lock_file(cache_dir), f"the cache {cache_dir}"):
         if first:
-            clear_owned(cache_dir / "tmp")
+            clear_owned(staging_dir(cache_dir))
         yield
 
 
@@ -122,5 +124,5 @@ def dir_lock(cache_dir: Path, target: Path) -> Iterator[None]:
     """Hold an exclusive lock on the work-tree directory ``target`` (kept in the cache,
     so nothing is added next to the user's directory)."""
     key = hashlib.sha256(str(target).encode()).hexdigest()[:32]
-    with _flock(cache_dir / "locks" / f"{key}.lock", str(target)):
+    with _flock(CacheLayout(cache_dir).dir_lock(key), str(target)):
         yield

@@ -19,7 +19,8 @@ import hashlib
 import importlib.util
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,169 @@ def upstream_pr(change: str, origin: str) -> str | None:
     return entry.pr_url if entry is not None else None
 
 
-def patch_entries(series: Series) -> list[dict[str, Any]]:
+class MalformedRecord(ValueError):
+    """A schema-1 record with a missing or mistyped field."""
+
+
+def _str(data: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise MalformedRecord(f"{where}{key} is not a string")
+    return value
+
+
+def _table(data: Any, key: str, where: str) -> Mapping[str, Any]:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(value, Mapping):
+        raise MalformedRecord(f"{where}{key} is not a table")
+    return value
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file by name and sha256 (the pinned sdist, the reused upstream wheel)."""
+
+    filename: str
+    sha256: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"filename": self.filename, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> FileRef:
+        return cls(_str(data, "filename", where), _str(data, "sha256", where))
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    """One patch of the series, as built."""
+
+    file: str
+    change: str
+    part: str
+    origin: str
+    upstream_pr: str | None
+    sha256: str
+    paths: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "change": self.change,
+            "part": self.part,
+            "origin": self.origin,
+            "upstream_pr": self.upstream_pr,
+            "sha256": self.sha256,
+            "paths": list(self.paths),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> PatchEntry:
+        if not isinstance(data, Mapping):
+            raise MalformedRecord(f"{where} is not a table")
+        where += "."
+        paths = data.get("paths", [])
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise MalformedRecord(f"{where}paths is not a list of paths")
+        return cls(
+            file=_str(data, "file", where),
+            change=_str(data, "change", where),
+            part=data.get("part") or "change",
+            origin=data.get("origin") or "",
+            upstream_pr=_str(data, "upstream_pr", where, optional=True),
+            sha256=_str(data, "sha256", where),
+            paths=tuple(paths),
+        )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The record of one build (``vllm/_fork_provenance.json``, schema 1)."""
+
+    version: str
+    base_version: str
+    sdist: FileRef
+    upstream_wheel: FileRef | None  # only when the build reused upstream's binaries
+    mode: str
+    device: str
+    revision: int
+    patches: tuple[PatchEntry, ...]
+    tool_version: str
+    tool_name: str = "vllm-fork"
+    schema: int = SCHEMA
+    offline: bool | None = None  # build.offline: written by builds that know it
+    from_upstream_wheel: tuple[str, ...] = ()  # files taken as upstream's wheel has them
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object (the on-disk layout of schema 1)."""
+        base: dict[str, Any] = {
+            "version": self.base_version,
+            "sdist": self.sdist.to_json(),
+            "upstream_wheel": self.upstream_wheel.to_json() if self.upstream_wheel else None,
+        }
+        if self.from_upstream_wheel:
+            base["from_upstream_wheel"] = list(self.from_upstream_wheel)
+        build: dict[str, Any] = {"mode": self.mode, "device": self.device}
+        if self.offline is not None:
+            build["offline"] = self.offline
+        return {
+            "schema": self.schema,
+            "tool": {"name": self.tool_name, "version": self.tool_version},
+            "version": self.version,
+            "base": base,
+            "build": build,
+            "series": {
+                "revision": self.revision,
+                "patches": [p.to_json() for p in self.patches],
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Provenance:
+        """Read a record; ValueError when it is not a schema-1 record."""
+        if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+            raise ValueError(f"not a fork provenance record of schema {SCHEMA}")
+        tool = data.get("tool") or {}
+        base = _table(data, "base", "")
+        build = _table(data, "build", "")
+        series = _table(data, "series", "")
+        wheel = base.get("upstream_wheel")
+        revision = series.get("revision")
+        patches = series.get("patches")
+        if not isinstance(revision, int) or isinstance(revision, bool):
+            raise MalformedRecord("series.revision is not a number")
+        if not isinstance(patches, list):
+            raise MalformedRecord("series.patches is not a list")
+        offline = build.get("offline")
+        if offline is not None and not isinstance(offline, bool):
+            raise MalformedRecord("build.offline is not true or false")
+        aligned = base.get("from_upstream_wheel", [])
+        if not isinstance(aligned, list) or not all(isinstance(p, str) for p in aligned):
+            raise MalformedRecord("base.from_upstream_wheel is not a list of paths")
+        return cls(
+            version=_str(data, "version", ""),
+            base_version=_str(base, "version", "base."),
+            sdist=FileRef.from_json(_table(base, "sdist", "base."), "base.sdist."),
+            upstream_wheel=FileRef.from_json(wheel, "base.upstream_wheel.")
+            if wheel is not None
+            else None,
+            mode=_str(build, "mode", "build."),
+            device=_str(build, "device", "build."),
+            revision=revision,
+            patches=tuple(
+                PatchEntry.from_json(p, f"series.patches[{i}]") for i, p in enumerate(patches)
+            ),
+            tool_version=_str(tool, "version", "tool.", optional=True) or "",
+            tool_name=_str(tool, "name", "tool.", optional=True) or "vllm-fork",
+            schema=SCHEMA,
+            offline=offline,
+            from_upstream_wheel=tuple(aligned),
+        )
+
+
+def patch_entries(series: Series) -> tuple[PatchEntry, ...]:
     """One entry per patch, in series order."""
     from vllm_fork.build.rules import touched_paths
 
@@ -54,17 +217,17 @@ def patch_entries(series: Series) -> list[dict[str, Any]]:
     for path, header in zip(series.patches, series.headers, strict=True):
         data = path.read_bytes()
         entries.append(
-            {
-                "file": path.name,
-                "change": header.change,
-                "part": header.part,
-                "origin": header.origin,
-                "upstream_pr": upstream_pr(header.change, header.origin),
-                "sha256": sha256_bytes(data),
-                "paths": touched_paths(data.decode("utf-8", errors="replace")),
-            }
+            PatchEntry(
+                file=path.name,
+                change=header.change,
+                part=header.part,
+                origin=header.origin,
+                upstream_pr=upstream_pr(header.change, header.origin),
+                sha256=sha256_bytes(data),
+                paths=tuple(touched_paths(data.decode("utf-8", errors="replace"))),
+            )
         )
-    return entries
+    return tuple(entries)
 
 
 def make_record(
@@ -76,39 +239,45 @@ def make_record(
     mode: str,
     device: str,
     tool_version: str,
-) -> dict[str, Any]:
+) -> Provenance:
     """The record for a build of ``base`` + ``series`` (upstream wheel only when reused)."""
     wheel = None
     if mode == "precompiled" and base.wheel is not None:
-        wheel = {"filename": base.wheel.filename, "sha256": base.wheel.sha256}
-    return {
-        "schema": SCHEMA,
-        "tool": {"name": "vllm-fork", "version": tool_version},
-        "version": version,
-        "base": {
-            "version": base.version,
-            "sdist": {"filename": base.sdist.filename, "sha256": base.sdist.sha256},
-            "upstream_wheel": wheel,
-        },
-        "build": {"mode": mode, "device": device},
-        "series": {"revision": revision, "patches": patch_entries(series)},
-    }
+        wheel = FileRef(base.wheel.filename, base.wheel.sha256)
+    return Provenance(
+        version=version,
+        base_version=base.version,
+        sdist=FileRef(base.sdist.filename, base.sdist.sha256),
+        upstream_wheel=wheel,
+        mode=mode,
+        device=device,
+        revision=revision,
+        patches=patch_entries(series),
+        tool_version=tool_version,
+    )
 
 
-def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+def dumps(record: Provenance | Mapping[str, Any]) -> str:
+    """The record's bytes on disk: sorted keys, no time stamps (same inputs, same bytes)."""
+    data = record.to_json() if isinstance(record, Provenance) else record
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def write_into_tree(tree: Path, record: dict[str, Any]) -> Path:
+def write_into_tree(tree: Path, record: Provenance) -> Path:
     path = Path(tree) / PACKAGE_PATH
     path.write_text(dumps(record), encoding="utf-8")
     return path
 
 
+def parse(text: str | bytes) -> Provenance:
+    """The typed record of a ``_fork_provenance.json``; ValueError when it is not one."""
+    return Provenance.from_json(json.loads(text))
+
+
 def loads(text: str | bytes) -> dict[str, Any]:
+    """The record's JSON object, checked to be a readable schema-1 record."""
     record = json.loads(text)
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        raise ValueError(f"not a fork provenance record of schema {SCHEMA}")
+    Provenance.from_json(record)
     return record
 
 
@@ -137,44 +306,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             "no fork provenance: vllm is not installed here or is not a fork build", file=sys.stderr
         )
         return 1
-    record = loads(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    try:
+        record = parse(text)
+    except ValueError as exc:
+        print(f"{path}: {exc}", file=sys.stderr)
+        return 1
     if args.json:
-        print(dumps(record), end="")
+        print(dumps(json.loads(text)), end="")  # the record as written, keys sorted
         return 0
     print(format_record(record, source=str(path)))
     return 0
 
 
-def format_record(record: dict[str, Any], source: str | None = None) -> str:
-    base = record["base"]
-    wheel = base.get("upstream_wheel")
+def format_record(record: Provenance, source: str | None = None) -> str:
+    wheel = record.upstream_wheel
     lines = []
     if source:
         lines.append(f"provenance: {source}")
     lines += [
-        f"version:  {record['version']}",
-        f"base:     vLLM {base['version']} ({base['sdist']['filename']} "
-        f"sha256 {base['sdist']['sha256']})",
-        f"binaries: {wheel['filename']} sha256 {wheel['sha256']}"
+        f"version:  {record.version}",
+        f"base:     vLLM {record.base_version} ({record.sdist.filename} "
+        f"sha256 {record.sdist.sha256})",
+        f"binaries: {wheel.filename} sha256 {wheel.sha256}"
         if wheel
         else "binaries: built from source"
-        if record["build"]["mode"] == "full"
+        if record.mode == "full"
         else "binaries: none (pure Python build)",
-        f"build:    mode {record['build']['mode']}, device {record['build']['device']}, "
-        + ("offline, " if record["build"].get("offline") else "")
-        + f"vllm-fork {record['tool']['version']}",
+        f"build:    mode {record.mode}, device {record.device}, "
+        + ("offline, " if record.offline else "")
+        + f"vllm-fork {record.tool_version}",
         *(
-            [f"upstream wheel's version of: {', '.join(base['from_upstream_wheel'])}"]
-            if base.get("from_upstream_wheel")
+            [f"upstream wheel's version of: {', '.join(record.from_upstream_wheel)}"]
+            if record.from_upstream_wheel
             else []
         ),
-        f"series:   revision {record['series']['revision']}, "
-        f"{len(record['series']['patches'])} patch(es)",
+        f"series:   revision {record.revision}, {len(record.patches)} patch(es)",
     ]
-    for p in record["series"]["patches"]:
+    for p in record.patches:
         lines.append(
-            f"  {p['file']}  [{p['change']}/{p['part']}]  {p['upstream_pr'] or '-'}  "
-            f"sha256 {p['sha256'][:16]}"
+            f"  {p.file}  [{p.change}/{p.part}]  {p.upstream_pr or '-'}  sha256 {p.sha256[:16]}"
         )
     return "\n".join(lines)
 

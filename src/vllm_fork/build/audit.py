@@ -36,15 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.wheelfile import Wheel, record_digest
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.git import run_git
 from vllm_fork.provenance import PACKAGE_PATH, loads
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import Base, load_pins
+from vllm_fork.sources.pins import Base
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.commits import series_commits
+from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +196,9 @@ def sdist_wheel_disagreements(
     return {p: data for p, data in sdist.items() if record_digest(data) != upstream[p]}
 
 
-def _patched_paths(tree: Path, version: str, config: Config) -> dict[str, list[str]]:
+def _patched_paths(tree: Path, version: str, config: Workspace) -> dict[str, list[str]]:
     """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes."""
-    series = load_series(config.series_dir(version))
+    series = config.series(version)
     commits = series_commits(tree)
     if len(commits) != len(series.patches):
         raise AuditError(
@@ -253,7 +251,7 @@ def _explain(
     return Member(path, state, None, "no series patch changes this file")
 
 
-def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -> AuditReport:
+def audit_wheel(config: Workspace, wheel_path: Path, *, tree: Path | None = None) -> AuditReport:
     """Compare ``wheel_path`` with upstream's wheel; ``tree``: a materialized tree to reuse."""
     with Wheel(wheel_path) as wheel:
         if not wheel.has(PACKAGE_PATH):
@@ -265,33 +263,32 @@ def audit_wheel(config: Config, wheel_path: Path, *, tree: Path | None = None) -
         except (ValueError, KeyError, TypeError) as exc:
             raise AuditError(f"{wheel_path.name}: unreadable provenance record ({exc})") from None
         fork = record_hashes(wheel)
-    base = load_pins(config.bases_file).get(version)
+    base = config.base(version)
     upstream_path = _upstream_wheel(config, base)
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)
     if tree is not None:
         return _audit(config, wheel_path, upstream_path, mode, fork, upstream, tree, version)
-    from vllm_fork.build.builder import work_root
     from vllm_fork.tree.materialize import materialize
 
-    work_root(config).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="audit-", dir=work_root(config)) as tmp:
+    config.cache.work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="audit-", dir=config.cache.work) as tmp:
         scratch = Path(tmp) / "tree"
         log.info(f"materializing vLLM {version} + series to audit {wheel_path.name}")
         materialize(config, version, scratch, internal=True)
         return _audit(config, wheel_path, upstream_path, mode, fork, upstream, scratch, version)
 
 
-def _upstream_wheel(config: Config, base: Base) -> Path:
+def _upstream_wheel(config: Workspace, base: Base) -> Path:
     if base.wheel is None:
         raise AuditError(
             f"bases.toml pins no upstream wheel for {base.version}: nothing to audit against"
         )
-    return Fetcher(config).ensure(base.wheel)
+    return config.fetcher.ensure(base.wheel)
 
 
 def _audit(
-    config: Config,
+    config: Workspace,
     wheel_path: Path,
     upstream_path: Path,
     mode: str,
@@ -325,7 +322,7 @@ def _audit(
     return report
 
 
-def align_with_upstream_wheel(config: Config, tree: Path, base: Base) -> list[str]:
+def align_with_upstream_wheel(config: Workspace, tree: Path, base: Base) -> list[str]:
     """The precompiled build's policy for files upstream's sdist and wheel disagree on.
 
     Upstream's wheel version of each such file replaces the sdist version in

@@ -4,8 +4,10 @@ Steps: pick the base and its series; refuse a precompiled build of a series
 that changes compiled sources; materialize base + series into a new
 directory under the cache (the build writes ~1 GB into it and overwrites
 vendored paths); write the provenance record into it; prepare the build
-environment; run the plan of :mod:`vllm_fork.build.plan`; check the result
-with :mod:`vllm_fork.verify`; move the wheel to the output directory.
+environment; call the tree's PEP 517 backend per the plan of
+:mod:`vllm_fork.build.plan` through ``pyproject_hooks`` (the hook's return
+value names the wheel); check the result with :mod:`vllm_fork.build.verify`;
+move the wheel to the output directory.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+import pyproject_hooks
 from packaging.utils import parse_wheel_filename
 
 from vllm_fork import __version__
@@ -33,17 +39,17 @@ from vllm_fork.build.env import (
     requirements_file,
 )
 from vllm_fork.build.options import check_sources
-from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build
+from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build, read_backend
 from vllm_fork.build.rules import precompiled_conflicts, refusal_message
 from vllm_fork.build.verify import verify_wheel
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.git import git_out, run_git
 from vllm_fork.provenance import PACKAGE_PATH, make_record, write_into_tree
 from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import Series, load_series
-from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import Base, load_pins
+from vllm_fork.series.patches import Series
+from vllm_fork.sources.fetch import sha256_file
+from vllm_fork.sources.pins import Base
+from vllm_fork.workspace import Workspace
 
 DOCKERFILE_HINT = (
     "For a container build on a ROCm build host: `vllm-fork materialize DIR`, then "
@@ -52,16 +58,6 @@ DOCKERFILE_HINT = (
     "`vllm-fork build --mode full --device rocm` inside that image."
 )
 LOG_TAIL = 40
-
-
-def work_root(config: Config) -> Path:
-    """Where build trees and smoke venvs live while in use: ``<cache>/work``.
-
-    Not ``<cache>/tmp``, which the cache lock empties of what a killed run left.
-    """
-    from vllm_fork.tree.materialize import WORK_DIR
-
-    return config.cache_dir / WORK_DIR
 
 
 class BuildRefused(ForkError):
@@ -88,9 +84,26 @@ class BuildRequest:
 @dataclass(frozen=True)
 class BuildResult:
     wheel: Path
+    sha256: str
     version: str
+    base: str
+    series_digest: str
+    mode: str
+    device: str
     seconds: float
     build_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``vllm-fork build --json`` prints (one object)."""
+        return {
+            "wheel": str(self.wheel),
+            "sha256": self.sha256,
+            "version": self.version,
+            "base": self.base,
+            "series_digest": self.series_digest,
+            "mode": self.mode,
+            "device": self.device,
+        }
 
 
 log = logging.getLogger(__name__)
@@ -114,10 +127,10 @@ class Prepared:
     plat_name: str | None
 
 
-def prepare(config: Config, req: BuildRequest) -> Prepared:
+def prepare(config: Workspace, req: BuildRequest) -> Prepared:
     """Checks that need no download: base, series, version, refusal rules, platform tag."""
-    base = load_pins(config.bases_file).get(req.base)
-    series = load_series(config.series_dir(base.version))
+    base = config.base(req.base)
+    series = config.series(base.version)
     revision = series_revision(series.directory, len(series.patches))
     version = fork_version(base.version, revision)
     if req.mode == "precompiled":
@@ -141,7 +154,7 @@ def prepare(config: Config, req: BuildRequest) -> Prepared:
 
 
 def make_plan(
-    config: Config,
+    config: Workspace,
     req: BuildRequest,
     prep: Prepared,
     *,
@@ -152,8 +165,10 @@ def make_plan(
 ) -> BuildPlan:
     upstream_wheel = None
     if req.mode == "precompiled" and prep.base.wheel is not None:
-        upstream_wheel = Fetcher(config).cached_path(prep.base.wheel)
+        upstream_wheel = config.fetcher.cached_path(prep.base.wheel)
     try:
+        # the backend is that of the tree's pyproject.toml; a dry run has no tree yet
+        backend = read_backend(tree) if tree.is_dir() else None
         return plan_build(
             mode=req.mode,
             device=req.device,
@@ -162,6 +177,7 @@ def make_plan(
             out_dir=out_dir,
             version=prep.version,
             source_date_epoch=epoch,
+            backend=backend,
             plat_name=prep.plat_name,
             upstream_wheel=upstream_wheel,
             full=req.full if req.mode == "full" else None,
@@ -171,11 +187,11 @@ def make_plan(
         raise UsageError(str(exc)) from None
 
 
-def dry_run(config: Config, req: BuildRequest) -> str:
+def dry_run(config: Workspace, req: BuildRequest) -> str:
     """The environment and command a build would run (placeholders for what it creates)."""
     prep = prepare(config, req)
-    tree = work_root(config) / "build-XXXXXX" / "src"
-    python = req.build_python or str(config.cache_dir / "build-env" / "<key>" / "bin" / "python")
+    tree = config.cache.work / "build-XXXXXX" / "src"
+    python = req.build_python or str(config.cache.build_env_python("<key>"))
     plan = make_plan(
         config, req, prep, tree=tree, out_dir=tree.parent / "dist", python=python, epoch=0
     )
@@ -207,25 +223,64 @@ def _preflight(req: BuildRequest, python: str, pinned_torch: str | None) -> None
         )
 
 
-def _run_logged(plan: BuildPlan, log: Path) -> str:
-    with open(log, "wb") as fh:
-        proc = subprocess.run(
-            list(plan.command),
-            cwd=plan.tree,
-            env=plan.environ(os.environ),
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    lines = log.read_text(errors="replace").splitlines()
-    if proc.returncode != 0:
-        tail = "\n".join(lines[-LOG_TAIL:])
-        raise BuildFailed(
-            f"vLLM's build failed (exit {proc.returncode}); last lines:\n{tail}\nfull log: {log}"
-        )
-    return lines[-1].strip() if lines else ""
+def _failure(log_path: Path, what: str) -> BuildFailed:
+    lines = log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []
+    tail = "\n".join(lines[-LOG_TAIL:])
+    return BuildFailed(f"{what}; last lines:\n{tail}\nfull log: {log_path}")
 
 
-def build(config: Config, req: BuildRequest) -> BuildResult:
+def _log_warnings(caught: list[warnings.WarningMessage], log_path: Path) -> None:
+    with open(log_path, "a", encoding="utf-8") as fh:
+        for w in caught:
+            if issubclass(w.category, pyproject_hooks.BuildBackendWarning):
+                fh.write(f"build backend warning: {w.message}\n")
+                log.debug(f"build backend warning: {w.message}")
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def run_backend(plan: BuildPlan, log_path: Path) -> str:
+    """Call the plan's ``build_wheel`` hook; the wheel's file name, as the hook returns it.
+
+    The hook runs in a subprocess of the build Python (``pyproject_hooks``), in the
+    plan's environment, its output going to ``log_path``.
+    """
+    backend = plan.backend or read_backend(plan.tree)
+    environ = plan.environ(os.environ)
+
+    def runner(
+        cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
+    ) -> None:
+        env = dict(environ, **(extra_environ or {}))
+        with open(log_path, "ab") as fh:
+            proc = subprocess.run(list(cmd), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            raise _failure(log_path, f"vLLM's build failed (exit {proc.returncode})")
+
+    hooks = pyproject_hooks.BuildBackendHookCaller(
+        str(plan.tree),
+        backend.name,
+        backend_path=list(backend.path) or None,
+        runner=runner,
+        python_executable=plan.python,
+    )
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # the backend's warnings come back through the hook: into the log, not the terminal
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pyproject_hooks.BuildBackendWarning)
+            name = hooks.build_wheel(str(plan.out_dir), plan.config_settings)
+        _log_warnings(caught, log_path)
+    except (pyproject_hooks.BackendUnavailable, pyproject_hooks.HookMissing) as exc:
+        raise _failure(
+            log_path, f"the build backend {backend.name} cannot be used: {exc!r}"
+        ) from None
+    if not isinstance(name, str) or not name.endswith(".whl") or "/" in name:
+        raise BuildFailed(f"{backend.name}'s build_wheel returned {name!r}, not a wheel name")
+    return name
+
+
+def build(config: Workspace, req: BuildRequest) -> BuildResult:
     start = time.monotonic()
     prep = prepare(config, req)
     if req.signing_key is not None:  # a bad key fails now, not after the build
@@ -246,8 +301,10 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             _preflight(req, req.build_python, prep.base.torch)
     out_dir = req.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    work_root(config).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"build-{prep.base.version}-", dir=work_root(config)))
+    # <cache>/work, not <cache>/tmp: the cache lock, taken by downloads of other
+    # runs meanwhile, empties tmp/ of what a killed run left.
+    config.cache.work.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"build-{prep.base.version}-", dir=config.cache.work))
     keep = req.keep_tree
     try:
         from vllm_fork.tree.materialize import materialize
@@ -261,7 +318,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         aligned: list[str] = []
         if req.mode == "precompiled":
             assert prep.base.wheel is not None
-            Fetcher(config).ensure(prep.base.wheel)
+            config.fetcher.ensure(prep.base.wheel)
             aligned = align_with_upstream_wheel(config, tree, prep.base)
         record = make_record(
             base=prep.base,
@@ -272,9 +329,7 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             device=req.device,
             tool_version=__version__,
         )
-        if aligned:
-            record["base"]["from_upstream_wheel"] = aligned
-        record["build"]["offline"] = config.offline
+        record = replace(record, from_upstream_wheel=tuple(aligned), offline=config.offline)
         write_into_tree(tree, record)
         # setuptools-scm lists the package files from git: the record must be in the index.
         run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
@@ -290,11 +345,11 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
             f"building vllm {prep.version} ({req.mode}, {req.device}); log: {work / 'build.log'}"
         )
         t0 = time.monotonic()
-        name = _run_logged(plan, work / "build.log")
+        name = run_backend(plan, work / "build.log")
         build_seconds = time.monotonic() - t0
         built = dist / name
         if not built.is_file():
-            raise BuildFailed(f"vLLM's build reported {name!r} but no such wheel is in {dist}")
+            raise BuildFailed(f"vLLM's build returned {name!r} but no such wheel is in {dist}")
         report = verify_wheel(config, built, tree=tree)
         if not report.passed:
             keep = True
@@ -307,8 +362,20 @@ def build(config: Config, req: BuildRequest) -> BuildResult:
         shutil.move(built, target)
         from vllm_fork.deploy import after_build
 
-        after_build(config, target, record, python=python, tree=tree, signing_key=req.signing_key)
-        return BuildResult(target, prep.version, time.monotonic() - start, build_seconds)
+        after_build(
+            config, target, record.to_json(), python=python, tree=tree, signing_key=req.signing_key
+        )
+        return BuildResult(
+            wheel=target,
+            sha256=sha256_file(target),
+            version=prep.version,
+            base=prep.base.version,
+            series_digest=prep.series.digest(),
+            mode=req.mode,
+            device=req.device,
+            seconds=time.monotonic() - start,
+            build_seconds=build_seconds,
+        )
     except BuildFailed:
         keep = True
         raise

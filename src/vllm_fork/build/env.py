@@ -20,14 +20,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.build.inside import script
+from vllm_fork.cache import BUILD_ENV_READY as READY
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.lock import cache_lock
-
-READY = ".vllm-fork-ready"
 
 
 class BuildEnvError(ForkError):
@@ -52,15 +53,11 @@ log = logging.getLogger(__name__)
 
 def ensure_build_env(config: Config, requirements: Path, python: str = sys.executable) -> Path:
     """The cached environment for ``requirements``, created on first use; its python."""
-    version = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    root = config.cache_dir / "build-env"
-    env_dir = root / env_key(requirements, version)
-    env_python = env_dir / "bin" / "python"
+    version = _run_probe(python, "version")["python"]
+    root = config.cache.build_envs
+    key = env_key(requirements, version)
+    env_dir = config.cache.build_env(key)
+    env_python = config.cache.build_env_python(key)
     with cache_lock(root):
         if (env_dir / READY).is_file():
             return env_python
@@ -71,10 +68,12 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
         )
         start = time.monotonic()
         try:
-            subprocess.run([python, "-m", "venv", env_dir], check=True)
+            # pip's output is progress: to stderr, stdout carries only the command's result
+            subprocess.run([python, "-m", "venv", env_dir], check=True, stdout=sys.stderr)
             subprocess.run(
                 [env_python, "-m", "pip", "install", "--no-input", "-q", "-r", requirements],
                 check=True,
+                stdout=sys.stderr,
             )
         except (OSError, subprocess.CalledProcessError) as exc:
             shutil.rmtree(env_dir, ignore_errors=True)
@@ -84,24 +83,6 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
         (env_dir / READY).write_text(requirements.read_text())
         log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
     return env_python
-
-
-_PROBE = """
-import importlib.metadata as md, json, sys
-out = {"python": "%d.%d" % sys.version_info[:2]}
-for dist in ("torch", "setuptools", "setuptools-scm", "cmake", "ninja", "packaging"):
-    try:
-        out[dist] = md.version(dist)
-    except md.PackageNotFoundError:
-        out[dist] = None
-try:
-    import torch
-    out["torch_cuda"] = torch.version.cuda
-    out["torch_hip"] = torch.version.hip
-except Exception as exc:
-    out["torch_error"] = repr(exc)
-print(json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -114,14 +95,30 @@ class PythonInfo:
     torch_error: str | None
 
 
-def probe_python(python: str) -> PythonInfo:
+def _run_probe(python: str, *args: str) -> dict[str, Any]:
+    """The JSON object printed by ``inside/pyinfo.py`` run by ``python``."""
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True)
+        proc = subprocess.run(
+            [python, "-I", script("pyinfo"), *args], capture_output=True, text=True
+        )
     except OSError as exc:
         raise BuildEnvError(f"cannot run the build Python {python}: {exc}") from None
     if proc.returncode != 0:
         raise BuildEnvError(f"cannot run the build Python {python}: {proc.stderr.strip()}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    try:
+        data = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise BuildEnvError(
+            f"the build Python {python} printed no report: {proc.stdout.strip()[-200:]!r}"
+        ) from None
+    if not isinstance(data, dict) or "python" not in data:
+        raise BuildEnvError(f"the build Python {python} printed an unexpected report")
+    return data
+
+
+def probe_python(python: str) -> PythonInfo:
+    data = _run_probe(python)
     return PythonInfo(
         python=python,
         version=data.pop("python"),

@@ -1,9 +1,11 @@
 """The environment and command of one wheel build: a pure function of its inputs.
 
-vLLM's own PEP 517 backend (``setuptools.build_meta`` per the tree's
-pyproject.toml) is called once, in the tree, by the build environment's
-Python, without build isolation: the build environment is prepared (and
-cached) by the tool. Modes:
+vLLM's own PEP 517 backend, named by ``build-system.build-backend`` (and
+``backend-path``) of the tree's pyproject.toml (:func:`read_backend`), has its
+``build_wheel`` hook called once through ``pyproject_hooks``, in the tree, by
+the build environment's Python, without build isolation: the build
+environment is prepared (and cached) by the tool. The hook returns the name
+of the wheel it wrote. Modes:
 
 - ``precompiled``: vLLM's precompiled mode, fed with the pinned upstream
   wheel of the same version (``VLLM_PRECOMPILED_WHEEL_LOCATION``);
@@ -15,9 +17,16 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 MODES = ("precompiled", "full", "empty")
 DEVICES = ("cuda", "rocm")
@@ -54,6 +63,39 @@ SCRUBBED = (
     *SOURCE_VARS.values(),
 )
 
+# PEP 517: a project without build-system.build-backend is built by setuptools' legacy backend.
+LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A PEP 517 build backend: ``build-system.build-backend`` and ``backend-path``."""
+
+    name: str
+    path: tuple[str, ...] = ()
+
+
+def read_backend(tree: Path) -> Backend:
+    """The build backend declared by ``tree/pyproject.toml``."""
+    pyproject = Path(tree) / "pyproject.toml"
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Backend(LEGACY_BACKEND)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{pyproject}: {exc}") from None
+    system = data.get("build-system", {})
+    if not isinstance(system, dict):
+        raise PlanError(f"{pyproject}: [build-system] is not a table")
+    name = system.get("build-backend", LEGACY_BACKEND)
+    path = system.get("backend-path", [])
+    if not isinstance(name, str) or not name.strip():
+        raise PlanError(f"{pyproject}: build-system.build-backend is not a module name")
+    if not isinstance(path, list) or not all(isinstance(p, str) for p in path):
+        raise PlanError(f"{pyproject}: build-system.backend-path is not a list of paths")
+    return Backend(name.strip(), tuple(path))
+
+
 # An offline build (--offline): nothing may reach the network, and whatever tries
 # fails at once with a clear error instead of hanging on a timeout.
 OFFLINE_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused
@@ -65,13 +107,6 @@ OFFLINE_ENV = {
     "no_proxy": "",
     "NO_PROXY": "",
 }
-
-# Calls the tree's PEP 517 backend once; prints the wheel's file name.
-DRIVER = (
-    "import importlib, json, sys; "
-    "b = importlib.import_module(sys.argv[1]); "
-    "print(b.build_wheel(sys.argv[2], json.loads(sys.argv[3])))"
-)
 
 
 @dataclass(frozen=True)
@@ -96,7 +131,9 @@ class BuildPlan:
     out_dir: Path
     set_env: dict[str, str]
     unset_env: tuple[str, ...]
-    command: tuple[str, ...]
+    python: str
+    backend: Backend | None  # None: read from the tree when it exists (dry run)
+    config_settings: dict[str, Any]
     plat_name: str | None
 
     def environ(self, base: Mapping[str, str]) -> dict[str, str]:
@@ -115,7 +152,20 @@ class BuildPlan:
             if name not in self.set_env and (environ is None or name in environ)
         ]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.set_env.items())]
-        lines.append(" ".join(shlex.quote(part) for part in self.command))
+        if self.backend is None:
+            backend = "the backend named by build-system.build-backend of pyproject.toml"
+        else:
+            backend = self.backend.name
+            if self.backend.path:
+                backend += f" (backend-path {', '.join(self.backend.path)})"
+        lines.append(
+            f"# PEP 517 build_wheel hook of {backend}, called through pyproject_hooks "
+            f"by {shlex.quote(self.python)}:"
+        )
+        lines.append(
+            f"# build_wheel({str(self.out_dir)!r}, {json.dumps(self.config_settings)}) "
+            "-> the wheel's file name"
+        )
         return "\n".join(lines)
 
 
@@ -146,7 +196,7 @@ def plan_build(
     out_dir: Path,
     version: str,
     source_date_epoch: int,
-    backend: str = "setuptools.build_meta",
+    backend: Backend | None = None,
     plat_name: str | None = None,
     upstream_wheel: Path | None = None,
     full: FullOptions | None = None,
@@ -211,8 +261,7 @@ def plan_build(
         env.update(OFFLINE_ENV)
         if mode == "full":
             env["CMAKE_ARGS"] = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
-    settings = json.dumps({"--build-option": build_options} if build_options else {})
-    command = (python, "-c", DRIVER, backend, str(out_dir), settings)
+    settings: dict[str, Any] = {"--build-option": build_options} if build_options else {}
     return BuildPlan(
         mode=mode,
         device=device,
@@ -221,6 +270,8 @@ def plan_build(
         out_dir=out_dir,
         set_env=env,
         unset_env=SCRUBBED,
-        command=command,
+        python=python,
+        backend=backend,
+        config_settings=settings,
         plat_name=plat_name,
     )

@@ -24,41 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.build.inside import script
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.provenance import PACKAGE_PATH, loads
-
-# Run in the new venv: import vLLM on CPU and report what it sees.
-_CHECK = """
-import importlib.metadata as md, json, os, sys
-import vllm
-print(json.dumps({
-    "version": vllm.__version__,
-    "dist_version": md.version("vllm"),
-    "package_dir": os.path.dirname(vllm.__file__),
-    "python": sys.version.split()[0],
-    "provenance": open(os.path.join(os.path.dirname(vllm.__file__),
-                                    "_fork_provenance.json")).read(),
-}))
-"""
-
-
-# The same facts without importing vLLM (an install without its dependencies).
-_LOCATE = """
-import importlib.metadata as md, importlib.util, json, os, re, sys
-d = importlib.util.find_spec("vllm").submodule_search_locations[0]
-text = open(os.path.join(d, "_version.py")).read()
-v = re.search(r"__version__ = version = ['\\"]([^'\\"]+)", text)
-print(json.dumps({
-    "version": v.group(1) if v else None,
-    "dist_version": md.version("vllm"),
-    "package_dir": d,
-    "python": sys.version.split()[0],
-    "provenance": open(os.path.join(d, "_fork_provenance.json")).read(),
-}))
-"""
 
 
 class SmokeFailed(ForkError):
@@ -149,10 +120,8 @@ def smoke(
     if installed is not None:
         venv = Path(installed)
     elif venv is None:
-        from vllm_fork.build.builder import work_root
-
-        work_root(config).mkdir(parents=True, exist_ok=True)
-        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=work_root(config))) / "venv"
+        config.cache.work.mkdir(parents=True, exist_ok=True)
+        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=config.cache.work)) / "venv"
     elif venv.exists():
         raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
     vpy = venv / "bin" / "python"
@@ -172,7 +141,9 @@ def smoke(
             raise SmokeFailed(f"{venv} is not a venv (no bin/python)")
         t0 = time.monotonic()
         proc2 = subprocess.run(
-            [vpy, "-c", _CHECK if import_vllm else _LOCATE],
+            # inside/importcheck.py imports vLLM on CPU and reports what it sees;
+            # inside/locate.py finds the same facts without importing it
+            [vpy, "-I", script("importcheck" if import_vllm else "locate")],
             capture_output=True,
             text=True,
             env=_import_env(),

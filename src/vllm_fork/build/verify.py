@@ -15,17 +15,16 @@ Checks, each reported as one line:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
-from vllm_fork.provenance import PACKAGE_PATH, loads, make_record
+from vllm_fork.provenance import PACKAGE_PATH, MalformedRecord, PatchEntry, make_record, parse
 from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.workspace import Workspace
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
 
@@ -56,9 +55,11 @@ class Report:
         return "\n".join(lines)
 
 
-def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: list[dict]) -> None:
-    rec_files = [p.get("file") for p in recorded]
-    exp_files = [p["file"] for p in expected]
+def _compare_patches(
+    report: Report, recorded: Sequence[PatchEntry], expected: Sequence[PatchEntry]
+) -> None:
+    rec_files = [p.file for p in recorded]
+    exp_files = [p.file for p in expected]
     if rec_files != exp_files:
         report.check(
             False,
@@ -70,11 +71,11 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
         diffs = [
             k
             for k in ("change", "part", "origin", "upstream_pr", "sha256", "paths")
-            if rec.get(k) != exp[k]
+            if getattr(rec, k) != getattr(exp, k)
         ]
         report.check(
             not diffs,
-            f"patch {exp['file']}",
+            f"patch {exp.file}",
             "differs from the series in " + ", ".join(diffs),
         )
     if not expected:
@@ -82,7 +83,7 @@ def _compare_patches(report: Report, recorded: list[dict[str, Any]], expected: l
 
 
 def verify_wheel(
-    config: Config,
+    config: Workspace,
     wheel_path: Path,
     *,
     public_key: Path | None = None,
@@ -112,7 +113,7 @@ def verify_wheel(
     return report
 
 
-def _audit(config: Config, wheel_path: Path, report: Report, tree: Path | None) -> None:
+def _audit(config: Workspace, wheel_path: Path, report: Report, tree: Path | None) -> None:
     """The delta audit against upstream's wheel (`vllm-fork audit`), as one line."""
     from vllm_fork.build.audit import audit_wheel
 
@@ -135,7 +136,7 @@ def _audit(config: Config, wheel_path: Path, report: Report, tree: Path | None) 
     )
 
 
-def _verify(config: Config, wheel_path: Path, report: Report) -> None:
+def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     with Wheel(wheel_path) as wheel:
         problems = wheel.check_record()
         report.check(
@@ -148,12 +149,15 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
             report.check(False, "provenance", f"{PACKAGE_PATH} is missing: not a fork build")
             return
         try:
-            record = loads(wheel.read(PACKAGE_PATH))
+            record = parse(wheel.read(PACKAGE_PATH))
+        except MalformedRecord as exc:
+            report.check(False, "provenance", f"malformed record ({exc})")
+            return
         except ValueError as exc:
             report.check(False, "provenance", f"unreadable: {exc}")
             return
-        report.ok.append(f"provenance {PACKAGE_PATH} (schema {record['schema']})")
-        version = record.get("version", "")
+        report.ok.append(f"provenance {PACKAGE_PATH} (schema {record.schema})")
+        version = record.version
         name_version = str(wheel.name.version)
         meta_version = wheel.metadata_version
         m = (
@@ -170,37 +174,39 @@ def _verify(config: Config, wheel_path: Path, report: Report) -> None:
         )
 
     try:
-        base = load_pins(config.bases_file).get(record["base"]["version"])
-    except (ForkError, KeyError) as exc:
+        base = config.base(record.base_version)
+    except ForkError as exc:
         report.check(False, "base pin", str(exc))
         return
-    series = load_series(config.series_dir(base.version))
+    series = config.series(base.version)
     revision = series_revision(series.directory, len(series.patches))
     expected = make_record(
         base=base,
         series=series,
         version=fork_version(base.version, revision),
         revision=revision,
-        mode=record.get("build", {}).get("mode", ""),
-        device=record.get("build", {}).get("device", ""),
-        tool_version=record.get("tool", {}).get("version", ""),
+        mode=record.mode,
+        device=record.device,
+        tool_version=record.tool_version,
     )
-    report.record, report.expected_base = record, expected["base"]
+    # the release-file checks (vllm_fork.deploy) read the records' JSON objects
+    report.record, report.expected_base = record.to_json(), expected.to_json()["base"]
     report.check(
-        record["base"].get("sdist") == expected["base"]["sdist"],
+        record.sdist == expected.sdist,
         f"sdist {base.sdist.filename} sha256 matches bases.toml",
-        f"wheel records {record['base'].get('sdist')}",
+        f"wheel records {record.sdist.to_json()}",
     )
-    if record["build"]["mode"] == "precompiled":
+    if record.mode == "precompiled":
+        recorded = record.upstream_wheel
         report.check(
-            record["base"].get("upstream_wheel") == expected["base"]["upstream_wheel"],
+            recorded == expected.upstream_wheel,
             f"upstream wheel {base.wheel.filename if base.wheel else '-'} sha256 matches "
             "bases.toml",
-            f"wheel records {record['base'].get('upstream_wheel')}",
+            f"wheel records {recorded.to_json() if recorded else None}",
         )
     report.check(
-        version == expected["version"],
+        version == expected.version,
         f"version label matches series revision {revision}",
-        f"wheel is {version}, the current series gives {expected['version']}",
+        f"wheel is {version}, the current series gives {expected.version}",
     )
-    _compare_patches(report, record["series"].get("patches", []), expected["series"]["patches"])
+    _compare_patches(report, record.patches, expected.patches)

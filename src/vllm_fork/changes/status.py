@@ -7,26 +7,37 @@ temporary index of the cached repository, each patch is applied with
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from vllm_fork.changes import registry
+from vllm_fork.changes.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.changes.state import CARRIED, MISSING, NA, UPSTREAM, decide
-from vllm_fork.config import Config
-from vllm_fork.errors import PatchFailedError, UsageError
+from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
 from vllm_fork.probes.rocm_pins import aiter_pin
-from vllm_fork.series.patches import Series, load_series
+from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import load_pins
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.pins import Base, Pins
+from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
 from vllm_fork.tree.commits import series_commits, tree_base
+from vllm_fork.workspace import Workspace
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
+
+log = logging.getLogger(__name__)
+
+# <cache>/probes: the probes' findings on each pristine upstream release
+PROBE_CACHE = "probes"
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class StatusReport:
     patches: tuple[str, ...]
     changes: tuple[ChangeStatus, ...]
     aiter: str | None = None
+    lifecycle: tuple[PatchLife, ...] = ()
+    releases_probed: tuple[str, ...] = ()  # newer pinned releases searched for retirement
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +72,8 @@ class StatusReport:
             "aiter": self.aiter,
             "series": list(self.patches),
             "changes": {c.change: c.to_json() for c in self.changes},
+            "lifecycle": [life.to_json() for life in self.lifecycle],
+            "releases_probed": list(self.releases_probed),
         }
 
 
@@ -89,19 +104,110 @@ def classify(
     return state, reason, dict(patched.hardening)
 
 
-def compute_status(config: Config, version: str | None, tree: Path | None = None) -> StatusReport:
+def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
+    """The pinned releases after ``version`` that the retirement search probes:
+    the release the registry names as upstream's first with each change, and
+    the newest pinned one (hardening lands whenever upstream gets to it)."""
+    newer = sorted((v for v in pins.bases if Version(v) > Version(version)), key=Version)
+    if not newer:
+        return []
+    wanted = {newer[-1]}
+    for cid in changes:
+        change = registry.find(cid)
+        if change and change.upstream_since in newer:
+            wanted.add(change.upstream_since)
+    return sorted(wanted, key=Version)
+
+
+def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[str, Finding]:
+    """The probes' findings on pristine upstream ``base``, cached in ``<cache>/probes``
+    keyed by the sdist and the probe code (a release's sources never change)."""
+    from vllm_fork.rebase.matrix import code_hash
+
+    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()[:24]
+    path = config.cache_dir / PROBE_CACHE / f"{base.version}-{key}.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return {change: Finding(**value) for change, value in data.items()}
+        except (ValueError, TypeError):
+            log.debug("ignoring the unreadable probe cache %s", path)
+    tag = ensure_upstream(config, base, fetcher)
+    findings = probe_all(GitTree(config.upstream_repo, tag))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({c: asdict(f) for c, f in findings.items()}, sort_keys=True))
+    tmp.replace(path)
+    return findings
+
+
+def _available(config: Workspace, base: Base, fetcher: Fetcher) -> bool:
+    """Whether upstream ``base`` can be probed from the cache, with no download."""
+    return (
+        imported_sha256(config.upstream_repo, base.version) == base.sdist.sha256
+        or fetcher.cached_path(base.sdist).is_file()
+    )
+
+
+def patch_lifecycle(
+    config: Workspace, version: str, patches: list[tuple[str, str, str]], fetcher: Fetcher
+) -> tuple[tuple[PatchLife, ...], tuple[str, ...]]:
+    """Per patch (name, change, part): carried, or retire-ready with the first
+    candidate upstream release after ``version`` (``retire_candidates``) whose
+    pristine tree the probe finds it in; and the releases probed. A candidate
+    that is not in the cache is not downloaded for this: status says so."""
+    pins = config.pins
+    newer = retire_candidates(pins, version, {change for _, change, _ in patches})
+    found: dict[int, Retirement] = {}
+    probed: list[str] = []
+    for release in newer:
+        base = pins.get(release)
+        if not _available(config, base, fetcher):
+            log.info(
+                "status: upstream %s is not in the cache, so it was not probed for retirement "
+                "(`vllm-fork fetch --base %s` makes it available)",
+                release,
+                release,
+            )
+            continue
+        try:
+            findings = _pristine_findings(config, base, fetcher)
+        except ForkError as exc:
+            log.warning("status: upstream %s not probed for retirement: %s", release, exc)
+            continue
+        probed.append(release)
+        for i, (_, change, part) in enumerate(patches):
+            finding = findings.get(change)
+            if i in found or finding is None:
+                continue
+            hit = retirement(
+                change, part, finding.state, finding.reason, finding.hardening, release
+            )
+            if hit is not None:
+                found[i] = hit
+    lives = tuple(
+        PatchLife(name, change, part, found.get(i))
+        for i, (name, change, part) in enumerate(patches)
+    )
+    return lives, tuple(probed)
+
+
+def compute_status(
+    config: Workspace, version: str | None, tree: Path | None = None
+) -> StatusReport:
     """Status of base + series, or of a materialized work tree on disk (``tree``)."""
     if tree is not None:
         recorded = tree_base(tree)
         if version is not None and version != recorded:
             raise UsageError(f"{tree} is a work tree of {recorded}, not {version}")
         version = recorded
-    base = load_pins(config.bases_file).get(version)
-    series = load_series(config.series_dir(base.version))
-    tag = ensure_upstream(config, base, Fetcher(config))
+    base = config.base(version)
+    series = config.series(base.version)
+    fetcher = config.fetcher
+    tag = ensure_upstream(config, base, fetcher)
     repo = config.upstream_repo
     pristine_tree = GitTree(repo, tag)
-    pristine = probe_all(pristine_tree)
+    pristine = _pristine_findings(config, base, fetcher)
     aiter = aiter_pin(pristine_tree)
     if tree is not None:
         patched = probe_all(DirTree(tree))
@@ -127,7 +233,8 @@ def compute_status(config: Config, version: str | None, tree: Path | None = None
         changes.append(
             ChangeStatus(change, state, reason, tuple(name for name, _ in mine), hardening)
         )
-    return StatusReport(base.version, names, tuple(changes), aiter)
+    lives, probed = patch_lifecycle(config, base.version, patches, fetcher)
+    return StatusReport(base.version, names, tuple(changes), aiter, lives, probed)
 
 
 def format_status(report: StatusReport) -> str:
@@ -142,4 +249,13 @@ def format_status(report: StatusReport) -> str:
         lines.append(line)
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")
+    if report.lifecycle:
+        searched = ", ".join(report.releases_probed) or "none pinned"
+        lines += ["", f"patches (retirement probed in upstream {searched}):"]
+        for life in report.lifecycle:
+            lines.append(f"  {life.state:<12}  {life.patch}  [{life.change}, {life.part}]")
+            if life.retire:
+                lines.append(f"  {'':<12}    {life.retire.evidence()}")
+            elif life.retire_when:
+                lines.append(f"  {'':<12}    retires: {life.retire_when}")
     return "\n".join(lines)

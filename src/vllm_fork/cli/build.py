@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.config import Config
+from vllm_fork.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 # --- build -------------------------------------------------------------------------
 
@@ -83,6 +87,12 @@ def build_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the build's environment and command, build nothing",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (wheel, sha256, version, base, series_digest, mode, "
+        "device) instead of the summary lines; with --dry-run, the plan as JSON",
+    )
 
 
 def _full_options(args: argparse.Namespace) -> FullOptions:
@@ -101,15 +111,14 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
     return replace(options, **changes)
 
 
-def build_run(args: argparse.Namespace, config: Config) -> int:
+def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
     from vllm_fork.errors import UnsupportedBaseError
-    from vllm_fork.series.patches import load_series
-    from vllm_fork.sources.pins import load_pins, require_supported
+    from vllm_fork.sources.pins import require_supported
 
-    base = load_pins(config.bases_file).get(args.base)
+    base = config.base(args.base)
     require_supported(config, base, allow=args.allow_unsupported)
-    if not load_series(config.series_dir(base.version)).patches:
+    if not config.series(base.version).patches:
         # A wheel labelled +hardened would claim hardening that is not in it.
         raise UnsupportedBaseError(
             f"series/{base.version} has no patches: there is nothing to build "
@@ -128,9 +137,17 @@ def build_run(args: argparse.Namespace, config: Config) -> int:
         signing_key=args.signing_key,
     )
     if args.dry_run:
-        print(dry_run(config, req))
+        text = dry_run(config, req)
+        print(json.dumps({"dry_run": text}, indent=2) if args.json else text)
         return 0
     result = build(config, req)
+    if args.json:
+        log.info(
+            f"vllm {result.version}: built in {result.seconds:.0f} s "
+            f"(vLLM's build step {result.build_seconds:.0f} s)"
+        )
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
+        return 0
     size = result.wheel.stat().st_size / 2**20
     print(f"{result.wheel} ({size:.0f} MiB)")
     print(
@@ -159,7 +176,7 @@ def verify_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def verify_run(args: argparse.Namespace, config: Config) -> int:
+def verify_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.verify import verify_wheel
 
     report = verify_wheel(
@@ -180,7 +197,7 @@ def audit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def audit_run(args: argparse.Namespace, config: Config) -> int:
+def audit_run(args: argparse.Namespace, config: Workspace) -> int:
     import json
 
     from vllm_fork.build.audit import audit_wheel
@@ -218,7 +235,7 @@ def smoke_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def smoke_run(args: argparse.Namespace, config: Config) -> int:
+def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.smoke import format_result, smoke
 
     result = smoke(

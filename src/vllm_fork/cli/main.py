@@ -1,7 +1,9 @@
 """Command line: ``vllm-fork SUBCOMMAND ...``.
 
 Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
-run); a later subcommand is one more entry.
+run); a later subcommand is one more entry. Each command gets the one
+:class:`~vllm_fork.workspace.Workspace` of its run (pins, series, cache
+layout and fetcher, each loaded once) and passes it down.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ from vllm_fork.cli.release import (
     update_args,
     update_run,
 )
-from vllm_fork.config import ENV_CACHE, Config, load_config
+from vllm_fork.config import ENV_CACHE, load_config
 from vllm_fork.errors import CacheError, ForkError
+from vllm_fork.workspace import Workspace
 
 
 @dataclass(frozen=True)
 class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, Config], int]
+    run: Callable[[argparse.Namespace, Workspace], int]
 
 
-def _config(args: argparse.Namespace) -> Config:
+def _workspace(args: argparse.Namespace) -> Workspace:
     return load_config(offline=args.offline)
 
 
@@ -52,12 +55,11 @@ def _pin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default", action="store_true", help="make it the default base")
 
 
-def _pin_run(args: argparse.Namespace, config: Config) -> int:
-    from vllm_fork.sources.fetch import Fetcher
+def _pin_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.sources.pinner import pin_versions
 
     pins = pin_versions(
-        config, Fetcher(config), args.versions, supported=args.supported, default=args.default
+        config, config.fetcher, args.versions, supported=args.supported, default=args.default
     )
     for version in args.versions:
         base = pins.get(version)
@@ -74,13 +76,11 @@ def _fetch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wheel", action="store_true", help="also fetch upstream's x86_64 wheel")
 
 
-def _fetch_run(args: argparse.Namespace, config: Config) -> int:
-    from vllm_fork.sources.fetch import Fetcher
-    from vllm_fork.sources.pins import load_pins
+def _fetch_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.sources.upstream import ensure_upstream
 
-    base = load_pins(config.bases_file).get(args.base)
-    fetcher = Fetcher(config)
+    base = config.base(args.base)
+    fetcher = config.fetcher
     print(fetcher.ensure(base.sdist))
     ensure_upstream(config, base, fetcher)
     if args.wheel:
@@ -112,13 +112,11 @@ def _allow_unsupported_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _materialize_run(args: argparse.Namespace, config: Config) -> int:
-    from vllm_fork.sources.pins import load_pins, require_supported
+def _materialize_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.sources.pins import require_supported
     from vllm_fork.tree.materialize import materialize
 
-    require_supported(
-        config, load_pins(config.bases_file).get(args.base), allow=args.allow_unsupported
-    )
+    require_supported(config, config.base(args.base), allow=args.allow_unsupported)
     result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
     print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
     return 0
@@ -136,7 +134,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _export_run(args: argparse.Namespace, config: Config) -> int:
+def _export_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.tree.export import export
 
     result = export(config, args.dir, force=args.force)
@@ -163,7 +161,7 @@ def _status_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _status_run(args: argparse.Namespace, config: Config) -> int:
+def _status_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.changes.status import compute_status, format_status
 
     report = compute_status(config, args.base, args.tree)
@@ -197,7 +195,7 @@ def _test_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _test_run(args: argparse.Namespace, config: Config) -> int:
+def _test_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.testing.forktests import (
         format_proofs,
         prove_failing,
@@ -357,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if in_main:
         signal.signal(signal.SIGTERM, _on_term)
     try:
-        return args._command.run(args, _config(args))
+        return args._command.run(args, _workspace(args))
     except ForkError as exc:
         if args.verbose:
             traceback.print_exc()

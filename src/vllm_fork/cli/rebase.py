@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import UsageError
+from vllm_fork.workspace import Workspace
 
 
 def rebase_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +31,18 @@ def rebase_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop and put the work tree back as it was before the rebase",
     )
+    p.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="with --skip: why the patch is dropped (required; it goes into the review)",
+    )
+    p.add_argument(
+        "--review",
+        type=Path,
+        metavar="FILE",
+        help="also write the review to FILE (Markdown) and its JSON beside it "
+        "(always written to DIR/.git/vllm-fork/review.{md,json})",
+    )
     p.add_argument("--force-series", action="store_true", help="replace an existing series/<V2>/")
     p.add_argument(
         "dir",
@@ -42,7 +54,7 @@ def rebase_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def rebase_run(args: argparse.Namespace, config: Config) -> int:
+def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.rebase.engine import (
         RebaseConflict,
         abort_rebase,
@@ -60,12 +72,23 @@ def rebase_run(args: argparse.Namespace, config: Config) -> int:
             raise UsageError("--continue, --skip and --abort take no --from/--onto")
     elif not (args.from_version and args.onto_version):
         raise UsageError("give --from V1 --onto V2, or --continue, --skip or --abort")
+    if args.reason is not None and not args.skip:
+        raise UsageError("--reason goes with --skip (why the patch is dropped)")
+    if args.skip and not (args.reason or "").strip():
+        raise UsageError(
+            'say why the patch is dropped: `vllm-fork rebase --skip --reason "TEXT"` '
+            "(the rebase review records it; nothing was changed)"
+        )
+    if args.review is not None and not (args.from_version and args.onto_version):
+        raise UsageError("--review goes with --from/--onto (it is kept for --continue)")
     try:
         if args.abort:
             abort_rebase(config, args.dir, log=log)
             return 0
         if args.cont or args.skip:
-            result = continue_rebase(config, args.dir, skip=args.skip, log=log)
+            result = continue_rebase(
+                config, args.dir, skip=args.skip, reason=args.reason or "", log=log
+            )
         else:
             result = start_rebase(
                 config,
@@ -73,6 +96,7 @@ def rebase_run(args: argparse.Namespace, config: Config) -> int:
                 args.onto_version,
                 args.dir,
                 force_series=args.force_series,
+                review=args.review,
                 log=log,
             )
     except RebaseConflict as exc:
@@ -92,6 +116,8 @@ def rebase_run(args: argparse.Namespace, config: Config) -> int:
     )
     for name in result.old_series_updated:
         print(f"series/{state.from_version}/{name}: Applied-Upstream: {state.onto_version}")
+    for path in result.review:
+        print(f"review: {path}")
     return 0
 
 
@@ -106,11 +132,17 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--series", metavar="V", help="the series to check (default: the default base's)"
     )
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the matrix as JSON")
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write the matrix as JSON to FILE; '-': the JSON alone on stdout "
+        "(the table then goes to stderr)",
+    )
     p.add_argument("--no-cache", action="store_true", help="recompute every row")
 
 
-def matrix_run(args: argparse.Namespace, config: Config) -> int:
+def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 
     def log(line: str) -> None:
@@ -122,17 +154,18 @@ def matrix_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.release.check import format_last_checks, last_checks
 
     versions = [row.version for row in matrix.rows]
-    print(format_matrix(matrix))
-    print()
-    print("Own series and last release check (`vllm-fork release-check`):")
-    print()
-    print(format_last_checks(config, versions))
+    to_stdout = args.json is not None and str(args.json) == "-"
+    # stdout carries one result: the JSON when asked for there, else the tables
+    table_out = sys.stderr if to_stdout else sys.stdout
+    print(format_matrix(matrix), file=table_out)
+    print("\nOwn series and last release check (`vllm-fork release-check`):\n", file=table_out)
+    print(format_last_checks(config, versions), file=table_out)
     if args.json:
         data = matrix.to_json()
         checks = last_checks(config)
         data["release_check"] = {v: checks.get(v) for v in versions}
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        if str(args.json) == "-":
+        if to_stdout:
             sys.stdout.write(text)
         else:
             args.json.write_text(text)

@@ -193,12 +193,11 @@ def build_environment(python: str, tree: Path) -> dict[str, str | None]:
 def sdist_source_url(config: Any, filename: str) -> str | None:
     """Where the configured index serves the sdist (None offline or when unreachable)."""
     from vllm_fork.errors import ForkError
-    from vllm_fork.sources.fetch import Fetcher
 
     if config.offline:
         return None
     try:
-        return str(Fetcher(config).locate(filename).package.url).split("#", 1)[0]
+        return str(config.fetcher.locate(filename).package.url).split("#", 1)[0]
     except (ForkError, OSError) as exc:
         log.info(f"source URL of {filename} not recorded in the SBOM: {exc}")
         return None

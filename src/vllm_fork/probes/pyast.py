@@ -27,9 +27,17 @@ def _parse(text: str) -> ast.Module | None:
 
 def functions(tree: ast.AST) -> Iterator[FuncDef]:
     """Every function or method defined anywhere below ``tree``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node
+    return iter(_functions(tree))
+
+
+@functools.lru_cache(maxsize=256)
+def _functions(tree: ast.AST) -> tuple[FuncDef, ...]:
+    # Probes ask for the functions of the same parsed module many times (call
+    # graphs): walk each tree once. AST nodes hash by identity and are never
+    # changed after parsing.
+    return tuple(
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
 
 
 def find_function(tree: ast.AST, name: str) -> FuncDef | None:

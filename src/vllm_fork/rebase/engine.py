@@ -37,7 +37,14 @@ so that ``--continue`` and ``--abort`` work after a stop or a crash):
    cherry-picked with a 3-way merge. A pick that leaves nothing to change is
    absorbed too; a conflict stops for the user;
 4. finish: the branch moves to the result, the tree records base V2,
-   series/<V2>/ is exported and the absorbed patches are recorded.
+   series/<V2>/ is exported and the absorbed patches are recorded;
+5. review: rebase/review.py writes what became of each patch (unchanged,
+   changed with its interdiff, absorbed with the evidence, dropped by hand
+   with the reason) and the files upstream moved under the series, as
+   Markdown and JSON.
+
+A patch that stops on a conflict although upstream V2 already has what it
+brings (changes/lifecycle.py: retire-ready) is proposed for ``--skip``.
 """
 
 from __future__ import annotations
@@ -49,9 +56,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vllm_fork import faults
-from vllm_fork.config import Config
+from vllm_fork.changes.lifecycle import retirement
 from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
@@ -79,11 +87,12 @@ from vllm_fork.rebase.state import (
 )
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
-from vllm_fork.sources.pins import check_version, load_pins
+from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.commits import read_commits, series_commits
 from vllm_fork.tree.materialize import BASE_KEY, materialize
 from vllm_fork.tree.stacking import import_ref, stack_upstream
+from vllm_fork.workspace import Workspace
 
 BACKUP_PREFIX = "refs/vllm-fork/pre-rebase/"
 LOCK_FILE = "vllm-fork-rebase.lock"
@@ -113,6 +122,7 @@ class RebaseResult:
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     old_series_updated: list[str] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)  # files the review was written to
 
 
 # --- helpers -----------------------------------------------------------------------
@@ -175,11 +185,24 @@ def _open_tree(tree: Path) -> Path:
     return find_git_dir(tree)
 
 
-def probe_upstream(tree: Path, commit: str) -> dict[str, tuple[str, str]]:
-    """change id -> (state, reason) of the probes on a commit of the work tree."""
+def probe_upstream(tree: Path, commit: str) -> dict[str, tuple[Any, ...]]:
+    """change id -> (state, reason, hardening) of the probes on a commit of the work tree."""
     from vllm_fork.probes import GitTree, probe_all
 
-    return {cid: (f.state, f.reason) for cid, f in probe_all(GitTree(tree, commit)).items()}
+    return {
+        cid: (f.state, f.reason, dict(f.hardening))
+        for cid, f in probe_all(GitTree(tree, commit)).items()
+    }
+
+
+def _retire_evidence(
+    findings: dict[str, tuple[Any, ...]], current: Pick, release: str
+) -> dict[str, str] | None:
+    """The lifecycle evidence that upstream ``release`` makes ``current`` redundant."""
+    state, reason, *rest = findings.get(current.change, ("", ""))
+    hardening = rest[0] if rest else None
+    hit = retirement(current.change, current.part, state, reason, hardening, release)
+    return hit.to_json() if hit else None
 
 
 def _old_series_names(series_dir: Path) -> dict[str, str]:
@@ -202,13 +225,13 @@ def _old_series_names(series_dir: Path) -> dict[str, str]:
 # --- start -------------------------------------------------------------------------
 
 
-def _check_versions(config: Config, from_version: str, onto_version: str) -> None:
+def _check_versions(config: Workspace, from_version: str, onto_version: str) -> None:
     check_version(from_version)
     check_version(onto_version)
     if from_version == onto_version:
         raise UsageError(f"--from and --onto are both {from_version}")
     try:
-        load_pins(config.bases_file).get(onto_version)
+        config.base(onto_version)
     except UnknownVersionError as exc:
         raise UnknownVersionError(f"{exc}; run `vllm-fork pin {onto_version}` first") from None
 
@@ -235,15 +258,17 @@ def _series_commits(tree: Path, from_version: str) -> list[Pick]:
 
 
 def start_rebase(
-    config: Config,
+    config: Workspace,
     from_version: str,
     onto_version: str,
     tree: Path,
     *,
     force_series: bool = False,
+    review: Path | None = None,
     log: Log = print,
 ) -> RebaseResult:
-    """Start a rebase; returns when done, raises RebaseConflict on a conflict."""
+    """Start a rebase; returns when done, raises RebaseConflict on a conflict.
+    ``review``: also write the review there (Markdown; JSON beside it)."""
     _check_versions(config, from_version, onto_version)
     new_series = config.series_dir(onto_version)
     if not force_series and (
@@ -276,7 +301,7 @@ def start_rebase(
         if not branch.startswith("refs/heads/"):
             raise WorkTreeError(f"HEAD of {tree} is detached; check out the series branch")
         picks = _series_commits(tree, from_version)
-        ensure_upstream(config, load_pins(config.bases_file).get(onto_version))
+        ensure_upstream(config, config.base(onto_version))
 
         refs = [
             branch,
@@ -296,6 +321,7 @@ def start_rebase(
             old_series_dir=str(config.series_dir(from_version)),
             picks=picks,
             phase=IMPORTING,
+            review_path=str(review.absolute()) if review else "",
         )
         save_state(git_dir, state)
         run_git(
@@ -316,13 +342,15 @@ def start_rebase(
 # --- the steps ---------------------------------------------------------------------
 
 
-def _step_import(config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None:
+def _step_import(
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
+) -> None:
     parent = _rev(tree, f"refs/tags/{tag_for(state.from_version)}")
     if parent is None:
         raise WorkTreeError(f"{tree} lost its tag {tag_for(state.from_version)}")
     log(f"importing upstream {state.onto_version} on top of {tag_for(state.from_version)}")
     # Again on --continue after an interruption: the cache may have changed meanwhile.
-    ensure_upstream(config, load_pins(config.bases_file).get(state.onto_version))
+    ensure_upstream(config, config.base(state.onto_version))
     commit = stack_upstream(config, tree, state.onto_version, parent)
     run_git(["update-ref", f"refs/tags/{tag_for(state.onto_version)}", commit], cwd=tree)
     # -f: the tree was clean when the rebase started; anything here is a half-done checkout.
@@ -368,7 +396,7 @@ def _added_by_absorbed(tree: Path, done: list[Pick]) -> dict[str, str]:
 
 
 def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None:
-    findings: dict[str, tuple[str, str]] | None = None
+    findings: dict[str, tuple[Any, ...]] | None = None
     total = len(state.picks)
     check = True  # only the first pick of a run can follow an interruption
     while state.next < total:
@@ -380,13 +408,16 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
             if current.part == "change":
                 if findings is None:
                     findings = probe_upstream(tree, state.upstream_commit)
-                found, reason = findings.get(current.change, ("", ""))
+                found, reason, *_ = findings.get(current.change, ("", ""))
                 if found == "present":
                     current.result = ABSORBED
                     current.detail = f"upstream {state.onto_version} has it: {reason}"
             if not current.result:
                 outcome = pick(tree, current.commit)
                 if outcome.status == PICK_CONFLICT:
+                    if findings is None:
+                        findings = probe_upstream(tree, state.upstream_commit)
+                    current.retire = _retire_evidence(findings, current, state.onto_version)
                     conflicts = describe_conflicts(tree)
                     note_added_by_dropped(
                         conflicts,
@@ -414,7 +445,7 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
 
 
 def _step_finish(
-    config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
 ) -> RebaseResult:
     from vllm_fork.tree.export import export
 
@@ -456,11 +487,28 @@ def _step_finish(
             and add_applied_upstream(path, state.onto_version)
         ):
             updated.append(entry.patch)
+    review = _write_review(config, tree, git_dir, state, log)
     clear_state(git_dir)
-    return RebaseResult(state, exported.written, exported.removed, updated)
+    return RebaseResult(state, exported.written, exported.removed, updated, review)
 
 
-def _run(config: Config, tree: Path, git_dir: Path, state: RebaseState, log: Log) -> RebaseResult:
+def _write_review(
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
+) -> list[str]:
+    """Write the review; a failure to write it is reported, never undoes the rebase."""
+    from vllm_fork.rebase.review import review_rebase
+
+    extra = Path(state.review_path) if state.review_path else None
+    try:
+        return [str(p) for p in review_rebase(tree, git_dir, state, old_series_names(state), extra)]
+    except (OSError, ForkError) as exc:
+        log(f"warning: the rebase review could not be written: {exc}")
+        return []
+
+
+def _run(
+    config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
+) -> RebaseResult:
     if state.phase == IMPORTING:
         _step_import(config, tree, git_dir, state, log)
     if state.phase == PICKING:
@@ -557,26 +605,29 @@ def _resolve(tree: Path, state: RebaseState) -> None:
     if index_tree == git_out(["rev-parse", "HEAD^{tree}"], cwd=tree):
         raise WorkTreeError(
             "nothing is staged: the resolution would drop the patch. Stage the resolved "
-            "files (`git add`), or run `vllm-fork rebase --skip` if upstream already has it"
+            "files (`git add`), or run `vllm-fork rebase --skip --reason TEXT` if upstream "
+            "already has it"
         )
     current.new_commit = commit_index(tree, current.commit)
     current.result = APPLIED
     current.detail = "3-way merge, conflict resolved by hand"
 
 
-def _skip(tree: Path, state: RebaseState) -> None:
+def _skip(tree: Path, state: RebaseState, reason: str) -> None:
     """Drop the conflicted patch: back to the state before its pick."""
     run_git(["reset", "-q", "--hard", state.expect_head], cwd=tree, env=work_env())
     clear_leftovers(tree)
     current = state.picks[state.next]
     current.result = ABSORBED
     current.detail = SKIPPED
+    current.reason = reason.strip()
 
 
 def continue_rebase(
-    config: Config, tree: Path, *, skip: bool = False, log: Log = print
+    config: Workspace, tree: Path, *, skip: bool = False, reason: str = "", log: Log = print
 ) -> RebaseResult:
-    """Go on after a conflict (``skip``: drop the conflicted patch) or an interruption."""
+    """Go on after a conflict (``skip``: drop the conflicted patch, ``reason``
+    saying why, for the review) or an interruption."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)
     with _tree_lock(git_dir):
@@ -584,7 +635,7 @@ def continue_rebase(
             raise WorkTreeError("--skip drops a patch that stopped on a conflict; there is none")
         if state.phase == CONFLICT:
             if skip:
-                _skip(tree, state)
+                _skip(tree, state, reason)
             else:
                 _resolve(tree, state)
             current = state.picks[state.next]
@@ -600,7 +651,7 @@ def continue_rebase(
         return _run(config, tree, git_dir, state, log)
 
 
-def abort_rebase(config: Config, tree: Path, *, log: Log = print) -> RebaseState:
+def abort_rebase(config: Workspace, tree: Path, *, log: Log = print) -> RebaseState:
     """Put branch, HEAD, refs, the recorded base and the work tree back as they were."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)
@@ -639,12 +690,24 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
         f"(commit {current.commit[:12]})",
     ]
     if current.part == "hardening" and any(
-        p.change == current.change and p.part == "change" and p.result == ABSORBED
+        p.change == current.change
+        and p.part == "change"
+        and p.result == ABSORBED
+        and p.detail != SKIPPED  # dropped by hand: upstream need not have it
         for p in state.picks
     ):
         lines.append(
             f"  upstream {state.onto_version} absorbed {current.change}: re-target this "
             "hardening onto upstream's code"
+        )
+    if current.retire:
+        lines.append(
+            f"  retire-ready: upstream {current.retire['release']} absorbed {current.change} "
+            f"(probe: {current.retire['probe']});"
+        )
+        lines.append(
+            f'  `vllm-fork rebase --skip --reason "absorbed by upstream {state.onto_version}"` '
+            "drops this patch"
         )
     lines.append("")
     lines.extend(format_conflicts(conflicts, f"upstream {state.onto_version}"))
@@ -652,7 +715,8 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
         "",
         "Resolve the files above, then `git add` them (or commit) and run "
         "`vllm-fork rebase --continue`;",
-        "`vllm-fork rebase --skip` drops this patch (when upstream already has it);",
+        "`vllm-fork rebase --skip --reason TEXT` drops this patch (when upstream already "
+        "has it; TEXT goes into the review);",
         "`vllm-fork rebase --abort` puts the work tree back as it was "
         f"(kept in {state.backup_ref}).",
     ]
@@ -665,7 +729,9 @@ def summary_table(state: RebaseState, names: dict[str, str] | None = None) -> st
     for i, p in enumerate(state.picks, 1):
         label = names.get(p.subject, f"#{i} {p.subject}")
         result = p.result or "pending"
-        if p.detail:
+        if p.detail == SKIPPED:
+            result = f"dropped by hand ({p.reason or 'reason missing'})"
+        elif p.detail:
             result += f" ({p.detail})"
         rows.append((label, p.change, p.part, result))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]

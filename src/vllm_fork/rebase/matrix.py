@@ -34,10 +34,11 @@ from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import cache_lock
-from vllm_fork.series.patches import SERIES_FILE, Series, load_series
+from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.sources.pins import Pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.workspace import Workspace
 
 P_APPLIED = "applied"
 P_ABSORBED = "absorbed"
@@ -139,13 +140,7 @@ def select_releases(pins: Pins, releases: list[str] | None) -> list[str]:
 
 
 def series_hash(series: Series) -> str:
-    digest = hashlib.sha256()
-    for name in ("", *[p.name for p in series.patches]):
-        path = series.directory / (name or SERIES_FILE)
-        data = path.read_bytes() if path.is_file() else b""
-        digest.update(f"{name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
+    return series.digest()
 
 
 def code_hash() -> str:
@@ -180,7 +175,7 @@ def row_key(sdist_sha256: str, series_sha: str, code_sha: str) -> str:
 
 
 def _cache_file(config: Config, version: str, key: str) -> Path:
-    return config.cache_dir / "matrix" / f"{version}-{key[:24]}.json"
+    return config.cache.matrix_row(version, key)
 
 
 def load_cached_row(config: Config, version: str, key: str) -> ReleaseRow | None:
@@ -377,7 +372,7 @@ def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) 
 
 
 def compute_matrix(
-    config: Config,
+    config: Workspace,
     releases: list[str] | None = None,
     series_version: str | None = None,
     *,
@@ -385,9 +380,9 @@ def compute_matrix(
     log: Log = lambda _line: None,
     fetcher: Fetcher | None = None,
 ) -> Matrix:
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     series_base = pins.get(series_version)
-    series = load_series(config.series_dir(series_base.version))
+    series = config.series(series_base.version)
     versions = select_releases(pins, releases)
     series_sha = series_hash(series)
     code_sha = code_hash()
@@ -402,12 +397,12 @@ def compute_matrix(
                 try:
                     with cache_lock(config.cache_dir):
                         if not primed:
-                            fetcher = fetcher or Fetcher(config)
+                            fetcher = fetcher or config.fetcher
                             ensure_upstream(config, series_base, fetcher)
                             prime(work, series, tag_for(series_base.version))
                             primed = True
                         log(f"matrix: {version}: checking")
-                        ensure_upstream(config, base, fetcher or Fetcher(config))
+                        ensure_upstream(config, base, fetcher)
                         row = compute_row(work, version, base.sdist.sha256, series)
                     store_row(config, key, row)
                 except SeriesError:

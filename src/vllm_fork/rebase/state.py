@@ -42,6 +42,8 @@ class Pick:
     result: str = ""  # "" (not yet), APPLIED or ABSORBED
     detail: str = ""
     new_commit: str = ""
+    reason: str = ""  # why it was dropped by hand (--skip --reason)
+    retire: dict[str, str] | None = None  # lifecycle evidence that upstream has it
 
 
 @dataclass
@@ -64,6 +66,8 @@ class RebaseState:
     conflict: list[dict[str, Any]] = field(default_factory=list)
     # Series files as they were before the rebase wrote any (see rebase.py), for --abort.
     files_before: dict[str, str | None] | None = None
+    # Where to write the review besides .git/vllm-fork/ (--review FILE); "" for none.
+    review_path: str = ""
     schema: int = SCHEMA
 
     def to_json(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ commit message, read with ``git interpret-trailers --parse``.
 from __future__ import annotations
 
 import email
+import hashlib
 import email.policy
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,16 @@ class Series:
 
     def carrying(self, change: str) -> list[str]:
         return [h.file for h in self.headers if h.change == change]
+
+    def digest(self) -> str:
+        """sha256 over the series file and the patches in order (names and bytes)."""
+        digest = hashlib.sha256()
+        for name in ("", *[p.name for p in self.patches]):
+            path = self.directory / (name or SERIES_FILE)
+            data = path.read_bytes() if path.is_file() else b""
+            digest.update(f"{name}\0{len(data)}\0".encode())
+            digest.update(data)
+        return digest.hexdigest()
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:

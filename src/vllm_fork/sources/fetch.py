@@ -227,7 +227,7 @@ class Fetcher:
             return path
 
     def _record(self, path: Path) -> Path:
-        return self.config.cache_dir / "state" / "dist" / f"{path.name}.sha256"
+        return self.config.cache.download_record(path.name)
 
     def _remember(self, path: Path, digest: str) -> None:
         """Record the sha256 a cached file had when verified (to tell a changed pin from

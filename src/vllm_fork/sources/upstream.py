@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork import faults
-from vllm_fork.config import ENV_CACHE, Config
+from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import CacheCorruptError, CacheError, UnsafeArchiveError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.lock import cache_lock, owned_tempdir
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base
 from vllm_fork.sources.unpack import safe_extract
+from vllm_fork.workspace import Workspace
 
 UPSTREAM_NAME = "vLLM upstream"
 UPSTREAM_EMAIL = "vllm-upstream@users.noreply.github.com"
@@ -71,11 +72,11 @@ def init_repo(repo: Path, tmp_dir: Path | None = None) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _record_path(config: Config) -> Path:
-    return config.cache_dir / "state" / "upstream.json"
+def _record_path(config: Workspace) -> Path:
+    return config.cache.upstream_record
 
 
-def _load_record(config: Config) -> dict[str, Any]:
+def _load_record(config: Workspace) -> dict[str, Any]:
     path = _record_path(config)
     try:
         data = json.loads(path.read_text())
@@ -91,7 +92,7 @@ def _load_record(config: Config) -> dict[str, Any]:
     return data
 
 
-def _save_record(config: Config, record: dict[str, Any]) -> None:
+def _save_record(config: Workspace, record: dict[str, Any]) -> None:
     path = _record_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -110,7 +111,7 @@ def _sha256(path: Path) -> str:
     return sha256_file(path)
 
 
-def check_import(config: Config, version: str, record: dict[str, Any]) -> str | None:
+def check_import(config: Workspace, version: str, record: dict[str, Any]) -> str | None:
     """What is wrong with the cached import of ``version`` (None: it matches its record)."""
     repo = config.upstream_repo
     entry = record["imports"].get(version)
@@ -206,7 +207,7 @@ def import_sdist(repo: Path, version: str, sdist: Path, sha256: str, work: Path)
     return commit_id
 
 
-def ensure_upstream(config: Config, base: Base, fetcher: Fetcher | None = None) -> str:
+def ensure_upstream(config: Workspace, base: Base, fetcher: Fetcher | None = None) -> str:
     """Make sure ``upstream/<V>`` exists in the cache for the pinned sdist; return the tag.
 
     The cached import is checked against its record on every call; see the
@@ -239,7 +240,7 @@ def ensure_upstream(config: Config, base: Base, fetcher: Fetcher | None = None) 
                 _discard_repo(config)
                 record = {"packs": {}, "imports": {}}
                 _save_record(config, record)
-            fetcher = fetcher or Fetcher(config)
+            fetcher = fetcher or config.fetcher
             if (
                 entry is None
                 and config.offline
@@ -281,7 +282,7 @@ def ensure_upstream(config: Config, base: Base, fetcher: Fetcher | None = None) 
     return tag
 
 
-def _discard_repo(config: Config) -> None:
+def _discard_repo(config: Workspace) -> None:
     repo = config.upstream_repo
     if not repo.exists():
         return
@@ -290,7 +291,7 @@ def _discard_repo(config: Config) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _import(config: Config, base: Base, fetcher: Fetcher, record: dict[str, Any]) -> None:
+def _import(config: Workspace, base: Base, fetcher: Fetcher, record: dict[str, Any]) -> None:
     repo = config.upstream_repo
     sdist = fetcher.ensure(base.sdist)
     init_repo(repo, config.tmp_dir)
@@ -306,7 +307,7 @@ def _import(config: Config, base: Base, fetcher: Fetcher, record: dict[str, Any]
     _record_import(config, base, record, commit)
 
 
-def _record_import(config: Config, base: Base, record: dict[str, Any], commit: str) -> None:
+def _record_import(config: Workspace, base: Base, record: dict[str, Any], commit: str) -> None:
     repo = config.upstream_repo
     packs = {p.name: record["packs"].get(p.name) for p in _pack_files(repo)}
     record["packs"] = {

@@ -16,21 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork import faults
-from vllm_fork.config import Config
 from vllm_fork.diffs import file_hunks
 from vllm_fork.errors import ForkError, GitError, PatchFailedError, SeriesError, WorkTreeError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
-from vllm_fork.series.patches import load_series
-from vllm_fork.sources.fetch import Fetcher
-from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 BRANCH = "fork"
-# the tool's own work area in the cache (build trees, smoke venvs)
-WORK_DIR = "work"
 BASE_KEY = "vllm-fork.base"
 
 
@@ -49,7 +44,7 @@ def _listing(dest: Path, limit: int = 5) -> str:
     return shown
 
 
-def _check_target(config: Config, dest: Path, *, internal: bool = False) -> None:
+def _check_target(config: Workspace, dest: Path, *, internal: bool = False) -> None:
     """Refuse a target that is not a new or empty directory the tool may fill.
 
     ``internal``: a tree the tool makes for itself in its work area
@@ -57,7 +52,7 @@ def _check_target(config: Config, dest: Path, *, internal: bool = False) -> None
     """
     cache = config.cache_dir.resolve()
     resolved = dest.resolve()
-    work = (cache / WORK_DIR).resolve()
+    work = config.cache.work.resolve()
     allowed = internal and work in resolved.parents
     if not allowed and (resolved == cache or cache in resolved.parents):
         raise WorkTreeError(
@@ -143,7 +138,7 @@ def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
 
 
 def materialize(
-    config: Config,
+    config: Workspace,
     version: str | None,
     dest: Path,
     *,
@@ -159,11 +154,11 @@ def materialize(
     finished tree. ``internal``: ``dest`` is in the tool's own work area
     (``<cache>/work``), for build and audit trees.
     """
-    base = load_pins(config.bases_file).get(version)
+    base = config.base(version)
     dest = dest.absolute()
     _check_target(config, dest, internal=internal)
-    series = load_series(config.series_dir(base.version))
-    tag = ensure_upstream(config, base, Fetcher(config))
+    series = config.series(base.version)
+    tag = ensure_upstream(config, base)
     with dir_lock(config.cache_dir, dest):
         _check_target(config, dest, internal=internal)
         try:
@@ -191,7 +186,7 @@ def _place(tree: Path, dest: Path) -> None:
 
 
 def _build(
-    config: Config,
+    config: Workspace,
     version: str,
     tag: str,
     patches: tuple[Path, ...],
