@@ -125,7 +125,7 @@ def _continue_steps(tree: Path, onto: str) -> list[str]:
     return [
         f"cd {tree}  # resolve the conflicted files, `git add` them",
         f"vllm-fork rebase --continue {tree}",
-        f"vllm-fork rebase --skip {tree}  # instead: drop the patch (upstream has it)",
+        f'vllm-fork rebase --skip --reason "WHY" {tree}  # instead: drop the patch',
         f"vllm-fork rebase --abort {tree}  # instead: put the tree back as before",
         f"vllm-fork update  # after the rebase finished: tests, prove-fail, report for {onto}",
     ]
