@@ -334,3 +334,21 @@ def test_a_requirement_the_index_lacks_is_relaxed(
     monkeypatch.setattr(treevenv, "_pip", no_index)
     with pytest.raises(treevenv.TreeVenvError, match="network down"):
         treevenv._install_requirements(Path("python"), reqs)
+
+
+def test_a_crashed_step_is_reported_then_redone(
+    bases: Fork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = dict(check.STEP_FUNCTIONS)
+
+    def crash(ctx: check.Context):
+        raise RuntimeError("tool install broken")
+
+    monkeypatch.setattr(check, "STEP_FUNCTIONS", {**real, "materialize": crash})
+    row = run_check(bases, GOOD).to_json()["bases"][0]
+    assert row["result"] == "failed"
+    assert "materialize: internal error: RuntimeError: tool install broken" in row["reasons"]
+    assert "tests: no work tree" in row["reasons"]
+    monkeypatch.setattr(check, "STEP_FUNCTIONS", real)
+    again = run_check(bases, GOOD)
+    assert again.passed and again.reused == set()

@@ -39,7 +39,6 @@ from vllm_fork.sources.pins import Pins, load_pins
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
-STATE_DIR = "release-check"
 STEPS = ("materialize", "tests", "prove-fail", "wheel")
 OK = "ok"
 FAILED = "failed"
@@ -57,7 +56,7 @@ class StepFailed(ForkError):
 
 
 def state_dir(config: Config) -> Path:
-    return config.cache_dir / STATE_DIR
+    return config.cache.release_check
 
 
 def state_file(config: Config, version: str) -> Path:
@@ -194,9 +193,7 @@ class Context:
 
     @property
     def tree(self) -> Path:
-        from vllm_fork.build.builder import work_root
-
-        return work_root(self.config) / f"release-check-{self.version}"
+        return self.config.cache.work / f"release-check-{self.version}"
 
 
 # --- the steps ---------------------------------------------------------------------
@@ -308,6 +305,15 @@ def check_base(
     if state is not None and state.digest != digest:
         log.info("%s: inputs changed since the last check; checking again", version)
         state = None
+    if state is not None and any(step.get("retry") for step in state.steps.values()):
+        # a step crashed (a bug or a broken tool install, not a result): redo it
+        # and the steps it kept from running
+        state.steps = {
+            name: step
+            for name, step in state.steps.items()
+            if not step.get("retry") and step.get("status") != NOT_RUN
+        }
+        state.finished = False
     if state is not None and state.finished:
         return state, True
     if state is None:
@@ -334,7 +340,11 @@ def check_base(
             result = {"status": FAILED, "reason": _first_line(str(exc))}
         except Exception as exc:  # a bug in one base's run must not stop the others
             log.exception("%s: %s crashed", version, name)
-            result = {"status": FAILED, "reason": f"internal error: {type(exc).__name__}: {exc}"}
+            result = {
+                "status": FAILED,
+                "reason": f"internal error: {type(exc).__name__}: {exc}",
+                "retry": True,
+            }
         result["seconds"] = round(time.monotonic() - t0, 1)
         state.steps[name] = result
         save_state(config, state)
@@ -390,7 +400,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
         "series": state.version if state.inputs.get("series") else None,
         "result": result,
         "passed": tests.get("passed"),
-        "failed": (tests.get("failed") or 0) + (tests.get("errors") or 0) if tests else None,
+        "failed": tests["failed"] + tests.get("errors", 0) if "failed" in tests else None,
         "skipped": tests.get("skipped"),
         "proven": proof.get("proven"),
         "proven_of": proof.get("total"),

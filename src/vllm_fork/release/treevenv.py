@@ -44,7 +44,7 @@ def torch_spec(given: str | None = None) -> str:
 
 def venv_dir(config: Config, spec: str) -> Path:
     key = re.sub(r"[^A-Za-z0-9.+-]+", "-", spec).strip("-")
-    return config.cache_dir / "tree-venvs" / key
+    return config.cache.tree_venvs / key
 
 
 def _wanted(tree: Path, spec: str) -> str:
