@@ -135,4 +135,8 @@ def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Pat
 if __name__ == "__main__":  # pragma: no cover - used by scripts/tree-venv.sh
     from vllm_fork.config import load_config
 
-    print(ensure_tree_venv(load_config(), Path(sys.argv[1]).resolve()))
+    try:
+        print(ensure_tree_venv(load_config(), Path(sys.argv[1]).resolve()))
+    except ForkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
