@@ -270,6 +270,47 @@ def test_kill_during_rebase(fault: Fault, tmp_path: Path, monkeypatch: pytest.Mo
         assert git_out(["status", "--porcelain"], cwd=tree) == ""
 
 
+# --- kills during build ------------------------------------------------------------
+
+KILL_BUILD = rows(
+    "kill during build",
+    "DIST gets the whole verified wheel or no wheel (never a partial one); the next build "
+    "removes the killed run's tree from <cache>/work and succeeds",
+    *(
+        f"{action} at {point}"
+        for point in ("materialized", "backend", "verify", "publish")
+        for action in ("SIGKILL", "SIGTERM")
+    ),
+)
+
+
+@pytest.mark.parametrize("fault", params(KILL_BUILD))
+def test_kill_during_build(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) -> None:
+    from .buildutil import make_series, pin_upstream_wheel, python_patch
+    from .test_build_plan import fake_build_python, in_tree_backend
+
+    pin_upstream_wheel(fork_repo, tmp_path / "upstream")
+    make_series(fork_repo, tmp_path, python_patch, in_tree_backend)
+    action, _, point = fault.case.partition(" at ")
+    signal_name = {"SIGKILL": "kill", "SIGTERM": "term"}[action]
+    dist = tmp_path / "dist"
+    argv = ["build", "--mode", "empty", "--build-python", str(fake_build_python(tmp_path))]
+    argv += ["-o", str(dist)]
+    work = fork_repo.config.cache.work
+    proc = cli(*argv, env={"VLLM_FORK_FAULT": f"build.{point}:{signal_name}"})
+    assert proc.returncode == (-9 if action == "SIGKILL" else 143), proc.stderr
+    assert not list(dist.glob("*.whl"))  # no wheel, whole or partial
+    if action == "SIGTERM":
+        assert "Traceback" not in proc.stderr
+        assert not list(work.iterdir()) and not list(dist.iterdir())
+    proc = cli(*argv)
+    assert proc.returncode == 0, proc.stderr
+    [wheel] = dist.glob("*.whl")
+    assert main(["verify", str(wheel)]) == 0
+    assert not list(work.iterdir())  # the killed run's tree is gone too
+    assert not [p for p in dist.iterdir() if p.name.startswith(TMP_PREFIX)]
+
+
 # --- a corrupt cache ---------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@
         .vllm-fork-ready      written last: the environment is complete
       build-env/.lock         the lock of the build environments
       matrix/<V>-<key>.json   cached rows of `vllm-fork matrix`
+      probes/<V>-<key>.json   the probes' findings on pristine upstream <V> (status)
       state/upstream.json     what upstream.git's imports were made from
       state/dist/<file>.sha256  the sha256 a download had when verified
       locks/<key>.lock        one lock per work-tree directory being made
@@ -104,6 +105,9 @@ class CacheLayout:
     def tree_venvs(self) -> Path:
         """The test venvs of vLLM work trees, one per torch spec."""
         return self.root / "tree-venvs"
+
+    def probe_findings(self, version: str, key: str) -> Path:
+        return self.root / "probes" / f"{version}-{key[:24]}.json"
 
     def download_record(self, filename: str) -> Path:
         return self.root / "state" / "dist" / f"{filename}.sha256"

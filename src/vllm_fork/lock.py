@@ -54,6 +54,40 @@ def is_owned(entry: Path) -> bool:
     return entry.is_file() and entry.name.endswith(".part")
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (signal 0)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_dead_owned(parent: Path, label: str) -> list[Path]:
+    """Remove the marked directories of ``parent`` whose process is gone (a killed
+    run); a directory of a run still going is left alone. For places no one lock
+    guards, such as the build trees in ``<cache>/work``."""
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        if not entry.name.startswith(TMP_PREFIX + label) or not is_owned(entry):
+            continue
+        if not entry.is_dir():
+            continue
+        try:
+            pid = int((entry / MARKER).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if alive(pid):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
 def clear_owned(parent: Path, label: str = "") -> list[Path]:
     """Remove the entries of ``parent`` that the tool marked (only those); return them.
 

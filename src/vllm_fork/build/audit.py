@@ -65,6 +65,10 @@ class AuditError(ForkError):
     """The audit cannot run (no upstream wheel, no provenance, ...)."""
 
 
+class NoBaselineError(AuditError):
+    """bases.toml pins no upstream wheel for the base: nothing to compare with."""
+
+
 @dataclass(frozen=True)
 class Member:
     """One wheel member that differs from upstream's, and what explains it."""
@@ -236,6 +240,8 @@ def _explain(
             f"changed by {by}, but its bytes differ from the tree materialized from the "
             "sdist plus the series",
         )
+    if path.endswith(COMPILED_SUFFIXES) and mode == "empty" and state == "removed":
+        return Member(path, state, "empty (pure Python) build: no compiled members")
     if path.endswith(COMPILED_SUFFIXES) and mode == "full":
         compiled = sorted(
             {
@@ -281,7 +287,7 @@ def audit_wheel(config: Workspace, wheel_path: Path, *, tree: Path | None = None
 
 def _upstream_wheel(config: Workspace, base: Base) -> Path:
     if base.wheel is None:
-        raise AuditError(
+        raise NoBaselineError(
             f"bases.toml pins no upstream wheel for {base.version}: nothing to audit against"
         )
     return config.fetcher.ensure(base.wheel)

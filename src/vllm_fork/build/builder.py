@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from typing import Any
 import pyproject_hooks
 from packaging.utils import parse_wheel_filename
 
-from vllm_fork import __version__
+from vllm_fork import __version__, faults
 from vllm_fork.build.audit import align_with_upstream_wheel
 from vllm_fork.build.env import (
     BuildEnvError,
@@ -44,6 +43,7 @@ from vllm_fork.build.rules import precompiled_conflicts, refusal_message
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.git import git_out, run_git
+from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
 from vllm_fork.provenance import PACKAGE_PATH, make_record, write_into_tree
 from vllm_fork.series.forkversion import fork_version, series_revision
 from vllm_fork.series.patches import Series
@@ -280,6 +280,31 @@ def run_backend(plan: BuildPlan, log_path: Path) -> str:
     return name
 
 
+# The marked name of a build's scratch directory in <cache>/work (vllm_fork.lock).
+BUILD_LABEL = "build-"
+
+
+def _publish(built: Path, out_dir: Path) -> Path:
+    """Move the verified wheel into ``out_dir`` atomically: a run killed meanwhile
+    leaves no partial wheel there (only a marked ``.part`` file the next run of the
+    tool in that directory may remove)."""
+    target = out_dir / built.name
+    for stale in out_dir.glob(f"{TMP_PREFIX}wheel.*.part"):
+        pid = stale.name.removeprefix(f"{TMP_PREFIX}wheel.").split(".", 1)[0]
+        if pid.isdigit() and not alive(int(pid)):  # left by a killed build
+            stale.unlink(missing_ok=True)
+    part = owned_tempfile(out_dir, f"wheel.{os.getpid()}")
+    try:
+        shutil.copyfile(built, part)
+        faults.point("build.publish")
+        os.replace(part, target)
+    except BaseException:  # SIGTERM or an I/O error: leave nothing behind
+        part.unlink(missing_ok=True)
+        raise
+    built.unlink()
+    return target
+
+
 def build(config: Workspace, req: BuildRequest) -> BuildResult:
     start = time.monotonic()
     prep = prepare(config, req)
@@ -304,7 +329,8 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
     # <cache>/work, not <cache>/tmp: the cache lock, taken by downloads of other
     # runs meanwhile, empties tmp/ of what a killed run left.
     config.cache.work.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"build-{prep.base.version}-", dir=config.cache.work))
+    clear_dead_owned(config.cache.work, BUILD_LABEL)  # trees of killed builds
+    work = owned_tempdir(config.cache.work, f"{BUILD_LABEL}{prep.base.version}")
     keep = req.keep_tree
     try:
         from vllm_fork.tree.materialize import materialize
@@ -315,6 +341,7 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
             f"into {tree}"
         )
         materialize(config, prep.base.version, tree, internal=True)
+        faults.point("build.materialized")
         aligned: list[str] = []
         if req.mode == "precompiled":
             assert prep.base.wheel is not None
@@ -345,11 +372,13 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
             f"building vllm {prep.version} ({req.mode}, {req.device}); log: {work / 'build.log'}"
         )
         t0 = time.monotonic()
+        faults.point("build.backend")
         name = run_backend(plan, work / "build.log")
         build_seconds = time.monotonic() - t0
         built = dist / name
         if not built.is_file():
             raise BuildFailed(f"vLLM's build returned {name!r} but no such wheel is in {dist}")
+        faults.point("build.verify")
         report = verify_wheel(config, built, tree=tree)
         if not report.passed:
             keep = True
@@ -358,8 +387,7 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
                 + "\n".join(report.bad)
                 + f"\nkept {work} for inspection"
             )
-        target = out_dir / built.name
-        shutil.move(built, target)
+        target = _publish(built, out_dir)
         from vllm_fork.deploy import after_build
 
         after_build(

@@ -36,9 +36,6 @@ __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_sta
 
 log = logging.getLogger(__name__)
 
-# <cache>/probes: the probes' findings on each pristine upstream release
-PROBE_CACHE = "probes"
-
 
 @dataclass(frozen=True)
 class ChangeStatus:
@@ -124,8 +121,8 @@ def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[
     keyed by the sdist and the probe code (a release's sources never change)."""
     from vllm_fork.rebase.matrix import code_hash
 
-    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()[:24]
-    path = config.cache_dir / PROBE_CACHE / f"{base.version}-{key}.json"
+    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()
+    path = config.cache.probe_findings(base.version, key)
     if path.is_file():
         try:
             data = json.loads(path.read_text())
