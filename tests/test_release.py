@@ -352,3 +352,41 @@ def test_a_crashed_step_is_reported_then_redone(
     monkeypatch.setattr(check, "STEP_FUNCTIONS", real)
     again = run_check(bases, GOOD)
     assert again.passed and again.reused == set()
+
+
+def test_the_check_counts_where_upstreams_sdist_and_wheel_disagree(bases: Fork) -> None:
+    """With the pinned upstream wheel in the cache, the materialize step records the
+    Python files upstream's sdist and wheel disagree on (nothing is downloaded)."""
+    import hashlib
+    from dataclasses import replace
+
+    from vllm_fork.sources.pins import FilePin, save_pins
+
+    from .wheelutil import version_py, write_wheel
+
+    files = {
+        "vllm/__init__.py": b"NEWER = True\n",  # the sdist's is empty
+        "vllm/layer.py": LAYER.encode(),  # the same as the sdist's
+        "vllm/_version.py": version_py(GOOD),
+    }
+    wheel = write_wheel(
+        bases.tmp / f"vllm-{GOOD}-cp38-abi3-manylinux_2_28_x86_64.whl",
+        files,
+        GOOD,
+        "cp38-abi3-manylinux_2_28_x86_64",
+    )
+    pin = FilePin(wheel.name, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    pins = load_pins(bases.config.bases_file)
+    pins.bases[GOOD] = replace(pins.bases[GOOD], wheel=pin)
+    save_pins(bases.config.bases_file, pins)
+    report = run_check(bases, GOOD, BAD)
+    rows = {r["base"]: r for r in report.to_json()["bases"]}
+    assert rows[BAD]["sdist_wheel_disagree"] is None  # no wheel pinned
+    assert rows[GOOD]["sdist_wheel_disagree"] is None  # pinned, not in the cache
+    cached = bases.config.fetcher.cached_path(pin)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(wheel.read_bytes())
+    report = run_check(bases, GOOD, force=True)
+    [row] = report.to_json()["bases"]
+    assert row["sdist_wheel_disagree"] == 1
+    assert "| 1 |" in check.format_report(report)

@@ -209,7 +209,25 @@ def step_materialize(ctx: Context) -> dict[str, Any]:
         shutil.rmtree(tree)  # our own tree of an earlier, interrupted run
     result = materialize(ctx.config, ctx.version, tree, internal=True)
     ctx.state.tree = str(tree)
-    return {"patches": result.applied}
+    return {"patches": result.applied, **_disagreements(ctx, tree)}
+
+
+def _disagreements(ctx: Context, tree: Path) -> dict[str, Any]:
+    """How many Python files upstream's sdist and upstream's wheel of this base
+    disagree on (docs/build.md: the precompiled build ships the wheel's version),
+    when the pinned wheel is in the cache; nothing is downloaded for this."""
+    from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
+    from vllm_fork.build.wheelfile import Wheel
+
+    base = ctx.config.pins.get(ctx.version)
+    if base.wheel is None:
+        return {"sdist_wheel_disagree": None}
+    cached = ctx.config.fetcher.cached_path(base.wheel)
+    if not cached.is_file():
+        return {"sdist_wheel_disagree": None}
+    with Wheel(cached) as wheel:
+        files = sorted(sdist_wheel_disagreements(tree, ctx.version, record_hashes(wheel)))
+    return {"sdist_wheel_disagree": len(files), "sdist_wheel_files": files}
 
 
 def _need_tree(ctx: Context) -> Path:
@@ -389,6 +407,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
     tests = steps.get("tests", {})
     proof = steps.get("prove-fail", {})
     wheel = steps.get("wheel", {})
+    made = steps.get("materialize", {})
     reasons = [
         f"{name}: {step['reason']}"
         for name, step in steps.items()
@@ -407,6 +426,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
         "built": bool(wheel.get("built")) if wheel else None,
         "verified": bool(wheel.get("verified")) if wheel else None,
         "wheel": wheel.get("wheel"),
+        "sdist_wheel_disagree": made.get("sdist_wheel_disagree"),
         "seconds": round(state.seconds, 1),
         "reused": reused,
         "reasons": reasons,
@@ -427,8 +447,8 @@ def format_report(report: Report) -> str:
     data = report.to_json()
     lines = [
         "| base | tests passed | failed | skipped | prove-fail | wheel built | verified "
-        "| time (s) | result |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| sdist/wheel disagree | time (s) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["bases"]:
         proof = f"{r['proven']}/{r['proven_of']}" if r["proven_of"] is not None else "-"
@@ -436,13 +456,14 @@ def format_report(report: Report) -> str:
         lines.append(
             f"| {r['base']} | {_cell(r['passed'])} | {_cell(r['failed'])} "
             f"| {_cell(r['skipped'])} | {proof} | {_cell(r['built'])} "
-            f"| {_cell(r['verified'])} | {r['seconds']:.0f} | {result} |"
+            f"| {_cell(r['verified'])} | {_cell(r['sdist_wheel_disagree'])} "
+            f"| {r['seconds']:.0f} | {result} |"
         )
     t = data["total"]
     lines.append(
         f"| **total** ({t['bases_passed']}/{t['bases']} ok) | {t['passed']} | {t['failed']} "
         f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
-        f"| {t['seconds']:.0f} | |"
+        f"| | {t['seconds']:.0f} | |"
     )
     notes = [f"- {r['base']}: {reason}" for r in data["bases"] for reason in r["reasons"]]
     if notes:
