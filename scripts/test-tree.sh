@@ -20,5 +20,5 @@ if [[ -e "$dir" ]]; then
     rm -rf "$dir"
 fi
 .venv/bin/vllm-fork materialize --base "$base" "$dir"
-ensure_tree_venv "$dir" .venv-tree
-.venv/bin/vllm-fork test "$dir" --python "$PWD/.venv-tree/bin/python" --prove-fail
+python="$(tree_python "$dir")"
+.venv/bin/vllm-fork test "$dir" --python "$python" --prove-fail

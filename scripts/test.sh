@@ -7,6 +7,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
 ensure_venv dev
 
+# The extra base of commit $1 (empty when there is none).
+ci_extra_base() {
+    .venv/bin/python -c 'import sys
+from vllm_fork.config import load_config
+from vllm_fork.release.check import ci_base
+print(ci_base(load_config(), sys.argv[1]) or "")' "$1"
+}
+
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # The end-to-end precompiled build of the default base (twice, compared) runs
@@ -19,8 +27,17 @@ ensure_venv dev
 export VLLM_FORK_E2E_BUILD="${VLLM_FORK_E2E_BUILD:-1}"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 
-# The fork's own tests inside a materialized tree of the default base
-# (skip with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool).
+# The fork's own tests inside a materialized tree of the default base, then
+# of one more base picked from the commit hash among the other bases with a
+# series (fork tests + prove-fail, no wheel build), so successive commits
+# exercise every base; VLLM_FORK_EXTRA_BASE=V picks it, =none skips it.
+# Skip both with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool.
+# The whole release check of every base is `vllm-fork release-check` (README).
 if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
     scripts/test-tree.sh
+    extra="${VLLM_FORK_EXTRA_BASE:-$(ci_extra_base "$(git rev-parse HEAD 2>/dev/null || echo 0)")}"
+    if [[ -n "$extra" && "$extra" != none ]]; then
+        echo "extra base for this commit: $extra"
+        scripts/test-tree.sh "$extra"
+    fi
 fi

@@ -1,25 +1,21 @@
-# Sourced by the scripts that run vLLM's own code: make sure VENV holds CPU
-# torch, the requirements of the vLLM tree TREE and the test tools.
-# Re-installs only when the tree's requirements or the torch spec changed.
-#
-# TREE_TORCH picks torch (default torch==2.13.0: a CPU build is enough, no
-# GPU code runs; set it to e.g. torch==2.11.0 to match a base's pin).
+# Sourced by the scripts that run vLLM's own code (after ensure_venv): the
+# Python of the tree venv, CPU torch + the tree's requirements/common.txt +
+# the test tools. One venv per torch spec, shared by every base and checkout,
+# kept in the tool's cache (vllm_fork.release.treevenv makes it; set
+# TREE_TORCH, e.g. torch==2.11.0, to pick another torch than the default).
 
+# tree_python TREE: print the interpreter for the vLLM work tree TREE.
+tree_python() {
+    .venv/bin/python -m vllm_fork.release.treevenv "$1"
+}
+
+# ensure_tree_venv TREE VENV: make VENV a link to the shared tree venv of TREE.
 ensure_tree_venv() {
-    local tree="$1" venv="$2"
-    local python="${PYTHON:-python3}"
-    local torch_spec="${TREE_TORCH:-torch==2.13.0}"
-    if [[ ! -x "$venv/bin/python" ]]; then
-        "$python" -m venv "$venv"
+    local tree="$1" venv="$2" python
+    python="$(tree_python "$tree")"
+    if [[ -e "$venv" && ! -L "$venv" ]]; then
+        echo "error: $venv is a directory of its own, not a link to the shared tree venv; move it away" >&2
+        return 1
     fi
-    local stamp="$venv/.vllm-fork-tree-installed"
-    local want
-    want="$(cat "$tree/requirements/common.txt"; echo "torch=$torch_spec")"
-    want="$(printf '%s' "$want" | sha256sum | cut -d' ' -f1)"
-    if [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$torch_spec"
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            -r "$tree/requirements/common.txt" pytest hypothesis tblib
-        echo "$want" >> "$stamp"
-    fi
+    ln -sfn "$(dirname "$(dirname "$python")")" "$venv"
 }

@@ -324,3 +324,25 @@ def test_cli_resolves_a_relative_interpreter_before_leaving_for_the_tree(
     # the series of work_tree holds one hardening patch whose test does not
     # depend on it, so plain `test` (without --prove-fail) must pass
     assert main(["test", str(work_tree), "--python", relative]) == 0
+
+
+def test_a_failure_in_another_module_does_not_fail_this_patchs_tests() -> None:
+    """One run over every judged module: each patch gets its own modules' result,
+    not the run's exit status."""
+    from vllm_fork.testing.forktests import PytestOutcome, TestCase
+
+    run = PytestOutcome(
+        1,
+        tests=3,
+        failed=1,
+        errors=0,
+        skipped=0,
+        cases=(
+            TestCase("tests.test_a.test_one", "failed"),
+            TestCase("tests.test_b.test_two", "passed"),
+            TestCase("tests.test_b.test_three", "passed"),
+        ),
+    )
+    assert run.of_files(["tests/test_b.py"]).green
+    assert not run.of_files(["tests/test_a.py"]).green
+    assert run.of_files(["tests/test_a.py"]).failed == 1

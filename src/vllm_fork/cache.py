@@ -96,6 +96,16 @@ class CacheLayout:
     def matrix_row(self, version: str, key: str) -> Path:
         return self.matrix_rows / f"{version}-{key[:24]}.json"
 
+    @property
+    def release_check(self) -> Path:
+        """``release-check``: one state file per base, the wheels it built."""
+        return self.root / "release-check"
+
+    @property
+    def tree_venvs(self) -> Path:
+        """The test venvs of vLLM work trees, one per torch spec."""
+        return self.root / "tree-venvs"
+
     def probe_findings(self, version: str, key: str) -> Path:
         return self.root / "probes" / f"{version}-{key[:24]}.json"
 

@@ -24,6 +24,12 @@ from vllm_fork import __version__, log
 from vllm_fork.cli import build as cli_build
 from vllm_fork.cli import deploy as cli_deploy
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
+from vllm_fork.cli.release import (
+    release_check_args,
+    release_check_run,
+    update_args,
+    update_run,
+)
 from vllm_fork.config import ENV_CACHE, load_config
 from vllm_fork.errors import CacheError, ForkError
 from vllm_fork.workspace import Workspace
@@ -252,6 +258,16 @@ COMMANDS: dict[str, Command] = {
     ),
     "matrix": Command(
         "per release: each change's state and whether the series applies", matrix_args, matrix_run
+    ),
+    "release-check": Command(
+        "every base end to end: materialize, fork tests, prove-fail, wheel (resumable)",
+        release_check_args,
+        release_check_run,
+    ),
+    "update": Command(
+        "pin releases newer than bases.toml, rebase the newest series onto them, test, report",
+        update_args,
+        update_run,
     ),
     "build": Command(
         "build the hardened wheel with vLLM's own build (precompiled, full or empty)",

@@ -151,11 +151,20 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
     matrix = compute_matrix(
         config, args.releases, args.series, use_cache=not args.no_cache, log=log
     )
+    from vllm_fork.release.check import format_last_checks, last_checks
+
+    versions = [row.version for row in matrix.rows]
     to_stdout = args.json is not None and str(args.json) == "-"
-    # stdout carries one result: the JSON when asked for there, else the table
-    print(format_matrix(matrix), file=sys.stderr if to_stdout else sys.stdout)
+    # stdout carries one result: the JSON when asked for there, else the tables
+    table_out = sys.stderr if to_stdout else sys.stdout
+    print(format_matrix(matrix), file=table_out)
+    print("\nOwn series and last release check (`vllm-fork release-check`):\n", file=table_out)
+    print(format_last_checks(config, versions), file=table_out)
     if args.json:
-        text = json.dumps(matrix.to_json(), indent=2, sort_keys=True) + "\n"
+        data = matrix.to_json()
+        checks = last_checks(config)
+        data["release_check"] = {v: checks.get(v) for v in versions}
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         if to_stdout:
             sys.stdout.write(text)
         else:

@@ -109,8 +109,11 @@ class PytestOutcome:
         count = {r: sum(c.result == r for c in cases) for r in ("failed", "error", "skipped")}
         if not cases:
             return PytestOutcome(self.returncode, tests=1, failed=0, errors=1, skipped=0)
+        # The run's exit status speaks for every module in it; these modules' own
+        # status is what their cases say (a failure elsewhere is not theirs).
+        own = 1 if count["failed"] or count["error"] else 0
         return PytestOutcome(
-            self.returncode,
+            own,
             tests=len(cases),
             failed=count["failed"],
             errors=count["error"],

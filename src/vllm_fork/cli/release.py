@@ -1,0 +1,84 @@
+"""Command-line front ends of ``vllm-fork release-check`` and ``vllm-fork update``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from vllm_fork.config import Config
+
+
+def _write(path: Path | None, text: str) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def release_check_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bases",
+        nargs="+",
+        metavar="V",
+        help="pinned bases to check (default: every supported base and every base with a series)",
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the summary as JSON")
+    p.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="also write the summary table as Markdown"
+    )
+    p.add_argument("--force", action="store_true", help="redo bases whose result is recorded")
+    p.add_argument(
+        "--no-wheel", action="store_true", help="skip the precompiled wheel build and verify"
+    )
+    p.add_argument(
+        "--torch",
+        metavar="SPEC",
+        help="torch requirement of the test venv (default: $TREE_TORCH or the CPU build "
+        "the tool names)",
+    )
+
+
+def release_check_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.release.check import format_report, release_check
+
+    report = release_check(
+        config, args.bases, torch=args.torch, wheel=not args.no_wheel, force=args.force
+    )
+    table = format_report(report)
+    print(table)
+    _write(args.markdown, f"# Release check\n\n{table}\n")
+    _write(args.json, _dump(report.to_json()))
+    return 0 if report.passed else 1
+
+
+def update_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dir",
+        type=Path,
+        metavar="DIR",
+        help="work tree for the rebase (default: work/update-<NEW> in the repository)",
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="report as JSON (default: DIR/..)")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="report as Markdown")
+    p.add_argument(
+        "--torch", metavar="SPEC", help="torch requirement of the test venv (as release-check)"
+    )
+
+
+def update_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.release.update import format_update, update
+
+    report = update(config, work_dir=args.dir, torch=args.torch)
+    text = format_update(report)
+    print(text)
+    markdown = args.markdown or report.default_report_path(config, ".md")
+    json_path = args.json or report.default_report_path(config, ".json")
+    _write(markdown, text + "\n")
+    _write(json_path, _dump(report.to_json()))
+    print(f"\nreport: {markdown} {json_path}")
+    return report.exit_code

@@ -1,0 +1,1 @@
+"""Release work over every base: the tree venvs, ``release-check`` and ``update``."""

@@ -1,0 +1,557 @@
+"""`vllm-fork release-check`: every base end to end, resumable.
+
+For each base checked (bases.toml ``supported = true``, plus any base with
+a series): materialize base + series, run the fork tests, prove every
+judged patch's tests fail without it, build the precompiled wheel (the
+build verifies it). Every step's result is written to
+``<cache>/release-check/<V>.json`` as soon as it is known, together with
+the digest of the inputs (series, tool version, sdist, upstream wheel,
+torch spec). A rerun skips the steps already recorded for the same inputs,
+so a killed run goes on where it stopped and a base whose inputs did not
+change is not redone (``--force`` redoes it). A step that cannot run
+(no series, a refused build, a test run that dies) is recorded with its
+reason; the other bases go on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from vllm_fork import __version__
+from vllm_fork.config import Config
+from vllm_fork.errors import ForkError
+from vllm_fork.series.patches import SERIES_FILE
+from vllm_fork.sources.pins import Pins, load_pins
+
+log = logging.getLogger(__name__)
+
+SCHEMA = 1
+STEPS = ("materialize", "tests", "prove-fail", "wheel")
+OK = "ok"
+FAILED = "failed"
+NOT_RUN = "not run"
+
+Step = Callable[["Context"], dict[str, Any]]
+
+
+class StepFailed(ForkError):
+    """A step ran and its result is a failure; ``data`` is what it found."""
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.data = data or {}
+
+
+def state_dir(config: Config) -> Path:
+    return config.cache.release_check
+
+
+def state_file(config: Config, version: str) -> Path:
+    return state_dir(config) / f"{version}.json"
+
+
+def has_series(config: Config, version: str) -> bool:
+    return (config.series_dir(version) / SERIES_FILE).is_file()
+
+
+def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> list[str]:
+    """``wanted`` (each must be pinned), else every supported base and every base
+    with a series, oldest first."""
+    if wanted:
+        for version in wanted:
+            pins.get(version)  # an unknown version is a usage error naming the pinned ones
+        return sorted(set(wanted), key=Version)
+    return [v for v in pins.versions() if pins.bases[v].supported or has_series(config, v)]
+
+
+def _series_digest(config: Config, version: str) -> str | None:
+    directory = config.series_dir(version)
+    if not (directory / SERIES_FILE).is_file():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            digest.update(f"{path.relative_to(directory)}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:
+    """What a base's result depends on; a change in any of it redoes the base."""
+    base = pins.get(version)
+    return {
+        "schema": SCHEMA,
+        "series": _series_digest(config, version),
+        "tool": __version__,
+        "sdist": base.sdist.sha256,
+        "wheel": base.wheel.sha256 if base.wheel else None,
+        "torch": torch,
+        "build": wheel,
+    }
+
+
+def inputs_digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class BaseState:
+    """The recorded result of one base: ``steps[name]`` holds ``status``,
+    ``seconds``, ``reason`` (when not ok) and the step's figures."""
+
+    version: str
+    digest: str
+    inputs: dict[str, Any]
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tree: str | None = None
+    finished: bool = False
+    checked_at: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return sum(float(s.get("seconds", 0.0)) for s in self.steps.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.finished and all(s.get("status") == OK for s in self.steps.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": self.version,
+            "digest": self.digest,
+            "inputs": self.inputs,
+            "steps": self.steps,
+            "tree": self.tree,
+            "finished": self.finished,
+            "checked_at": self.checked_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BaseState:
+        return cls(
+            version=str(data["version"]),
+            digest=str(data["digest"]),
+            inputs=dict(data.get("inputs", {})),
+            steps={str(k): dict(v) for k, v in data.get("steps", {}).items()},
+            tree=data.get("tree"),
+            finished=bool(data.get("finished", False)),
+            checked_at=data.get("checked_at"),
+        )
+
+
+def load_state(config: Config, version: str) -> BaseState | None:
+    path = state_file(config, version)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema") != SCHEMA:
+            return None
+        return BaseState.from_json(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        log.warning("ignoring the unreadable release-check state %s", path)
+        return None
+
+
+def save_state(config: Config, state: BaseState) -> None:
+    """Write atomically: a kill leaves the previous file or the new one."""
+    path = state_file(config, state.version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{state.version}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(state.to_json(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Context:
+    config: Config
+    version: str
+    state: BaseState
+    torch: str
+    out_dir: Path
+
+    @property
+    def tree(self) -> Path:
+        return self.config.cache.work / f"release-check-{self.version}"
+
+
+# --- the steps ---------------------------------------------------------------------
+
+
+def step_materialize(ctx: Context) -> dict[str, Any]:
+    from vllm_fork.tree.materialize import materialize
+
+    if not has_series(ctx.config, ctx.version):
+        raise StepFailed(f"no series/{ctx.version}: create it with `vllm-fork update` or rebase")
+    tree = ctx.tree
+    if tree.exists():
+        shutil.rmtree(tree)  # our own tree of an earlier, interrupted run
+    result = materialize(ctx.config, ctx.version, tree, internal=True)
+    ctx.state.tree = str(tree)
+    return {"patches": result.applied, **_disagreements(ctx, tree)}
+
+
+def _disagreements(ctx: Context, tree: Path) -> dict[str, Any]:
+    """How many Python files upstream's sdist and upstream's wheel of this base
+    disagree on (docs/build.md: the precompiled build ships the wheel's version),
+    when the pinned wheel is in the cache; nothing is downloaded for this."""
+    from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
+    from vllm_fork.build.wheelfile import Wheel
+
+    base = ctx.config.pins.get(ctx.version)
+    if base.wheel is None:
+        return {"sdist_wheel_disagree": None}
+    cached = ctx.config.fetcher.cached_path(base.wheel)
+    if not cached.is_file():
+        return {"sdist_wheel_disagree": None}
+    with Wheel(cached) as wheel:
+        files = sorted(sdist_wheel_disagreements(tree, ctx.version, record_hashes(wheel)))
+    return {"sdist_wheel_disagree": len(files), "sdist_wheel_files": files}
+
+
+def _need_tree(ctx: Context) -> Path:
+    tree = ctx.tree
+    if not (tree / ".git").exists():
+        # the tree of an interrupted run is gone: make it again (same inputs, same tree)
+        step_materialize(ctx)
+    return tree
+
+
+def _tree_python(ctx: Context, tree: Path) -> str:
+    from vllm_fork.release.treevenv import ensure_tree_venv
+
+    return str(ensure_tree_venv(ctx.config, tree, ctx.torch))
+
+
+def pytest_args(tree: Path) -> list[str]:
+    """The pytest arguments every run in ``tree`` gets (the ROCm simulation)."""
+    from vllm_fork.testing.forktests import sim_plugin_args
+
+    return sim_plugin_args(tree)
+
+
+def step_tests(ctx: Context) -> dict[str, Any]:
+    from vllm_fork.testing.forktests import run_fork_tests
+
+    tree = _need_tree(ctx)
+    outcome = run_fork_tests(tree, _tree_python(ctx, tree), pytest_args(tree))
+    data = {
+        "passed": outcome.passed,
+        "failed": outcome.failed,
+        "errors": outcome.errors,
+        "skipped": outcome.skipped,
+    }
+    if not outcome.green:
+        raise StepFailed(f"fork tests: {outcome.summary()}", data)
+    return data
+
+
+def step_prove_fail(ctx: Context) -> dict[str, Any]:
+    from vllm_fork.testing.forktests import prove_failing
+
+    tree = _need_tree(ctx)
+    proofs = prove_failing(tree, _tree_python(ctx, tree), pytest_args(tree))
+    judged = [p for p in proofs if p.without is not None]
+    unproven = [f"{p.patch.subject}: {p.verdict}" for p in judged if not p.ok]
+    data = {"proven": len(judged) - len(unproven), "total": len(judged), "unproven": unproven}
+    if unproven:
+        raise StepFailed(f"{len(unproven)} of {len(judged)} patch(es) not proven", data)
+    return data
+
+
+def step_wheel(ctx: Context) -> dict[str, Any]:
+    from vllm_fork.build.builder import BuildRefused, BuildRequest, build
+
+    if not has_series(ctx.config, ctx.version):
+        raise StepFailed(f"no series/{ctx.version}")
+    try:
+        result = build(ctx.config, BuildRequest(base=ctx.version, out_dir=ctx.out_dir))
+    except BuildRefused as exc:
+        raise StepFailed(f"build refused: {exc}", {"built": False, "verified": False}) from exc
+    # build() verifies the wheel and raises when it does not verify
+    return {"wheel": str(result.wheel), "built": True, "verified": True}
+
+
+STEP_FUNCTIONS: dict[str, Step] = {
+    "materialize": step_materialize,
+    "tests": step_tests,
+    "prove-fail": step_prove_fail,
+    "wheel": step_wheel,
+}
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "(no message)"
+
+
+def check_base(
+    config: Config,
+    pins: Pins,
+    version: str,
+    *,
+    torch: str,
+    wheel: bool = True,
+    force: bool = False,
+    out_dir: Path | None = None,
+) -> tuple[BaseState, bool]:
+    """Run (or resume) the check of one base; returns its state and whether
+    the whole result was taken from an earlier run."""
+    data = inputs(config, pins, version, torch, wheel)
+    digest = inputs_digest(data)
+    state = None if force else load_state(config, version)
+    if state is not None and state.digest != digest:
+        log.info("%s: inputs changed since the last check; checking again", version)
+        state = None
+    if state is not None and any(step.get("retry") for step in state.steps.values()):
+        # a step crashed (a bug or a broken tool install, not a result): redo it
+        # and the steps it kept from running
+        state.steps = {
+            name: step
+            for name, step in state.steps.items()
+            if not step.get("retry") and step.get("status") != NOT_RUN
+        }
+        state.finished = False
+    if state is not None and state.finished:
+        return state, True
+    if state is None:
+        state = BaseState(version=version, digest=digest, inputs=data)
+        save_state(config, state)
+    ctx = Context(config, version, state, torch, out_dir or state_dir(config) / "wheels" / version)
+    steps = [s for s in STEPS if wheel or s != "wheel"]
+    for name in steps:
+        if name in state.steps:
+            log.info("%s: %s already recorded (%s)", version, name, state.steps[name]["status"])
+            continue
+        tree_made = state.steps.get("materialize", {}).get("status") == OK
+        if name in ("tests", "prove-fail") and not tree_made:
+            state.steps[name] = {"status": NOT_RUN, "reason": "no work tree", "seconds": 0}
+            save_state(config, state)
+            continue
+        log.info("%s: %s", version, name)
+        t0 = time.monotonic()
+        try:
+            result = {"status": OK, **STEP_FUNCTIONS[name](ctx)}
+        except StepFailed as exc:
+            result = {"status": FAILED, "reason": _first_line(str(exc)), **exc.data}
+        except ForkError as exc:
+            result = {"status": FAILED, "reason": _first_line(str(exc))}
+        except Exception as exc:  # a bug in one base's run must not stop the others
+            log.exception("%s: %s crashed", version, name)
+            result = {
+                "status": FAILED,
+                "reason": f"internal error: {type(exc).__name__}: {exc}",
+                "retry": True,
+            }
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        state.steps[name] = result
+        save_state(config, state)
+    state.finished = True
+    state.checked_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    save_state(config, state)
+    if state.tree and Path(state.tree).exists():
+        shutil.rmtree(state.tree, ignore_errors=True)
+    return state, False
+
+
+@dataclass
+class Report:
+    states: list[BaseState]
+    reused: set[str]
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.states)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [summary(s, s.version in self.reused) for s in self.states]
+
+    def to_json(self) -> dict[str, Any]:
+        rows = self.rows()
+        total = {
+            key: sum(int(r[key] or 0) for r in rows)
+            for key in ("passed", "failed", "skipped", "proven", "proven_of")
+        }
+        total["bases"] = len(rows)
+        total["bases_passed"] = sum(r["result"] == OK for r in rows)
+        total["wheels_verified"] = sum(bool(r["verified"]) for r in rows)
+        total["seconds"] = round(sum(float(r["seconds"]) for r in rows), 1)
+        total["run_seconds"] = round(self.seconds, 1)
+        return {"bases": rows, "total": total}
+
+
+def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
+    """One base's row of the summary table."""
+    steps = state.steps
+    tests = steps.get("tests", {})
+    proof = steps.get("prove-fail", {})
+    wheel = steps.get("wheel", {})
+    made = steps.get("materialize", {})
+    reasons = [
+        f"{name}: {step['reason']}"
+        for name, step in steps.items()
+        if step.get("status") != OK and step.get("reason")
+    ]
+    result = (OK if state.passed else FAILED) if state.finished else "incomplete"
+    return {
+        "base": state.version,
+        "series": state.version if state.inputs.get("series") else None,
+        "result": result,
+        "passed": tests.get("passed"),
+        "failed": tests["failed"] + tests.get("errors", 0) if "failed" in tests else None,
+        "skipped": tests.get("skipped"),
+        "proven": proof.get("proven"),
+        "proven_of": proof.get("total"),
+        "built": bool(wheel.get("built")) if wheel else None,
+        "verified": bool(wheel.get("verified")) if wheel else None,
+        "wheel": wheel.get("wheel"),
+        "sdist_wheel_disagree": made.get("sdist_wheel_disagree"),
+        "seconds": round(state.seconds, 1),
+        "reused": reused,
+        "reasons": reasons,
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    return str(value)
+
+
+def format_report(report: Report) -> str:
+    data = report.to_json()
+    lines = [
+        "| base | tests passed | failed | skipped | prove-fail | wheel built | verified "
+        "| sdist/wheel disagree | time (s) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["bases"]:
+        proof = f"{r['proven']}/{r['proven_of']}" if r["proven_of"] is not None else "-"
+        result = r["result"] + (" (recorded)" if r["reused"] else "")
+        lines.append(
+            f"| {r['base']} | {_cell(r['passed'])} | {_cell(r['failed'])} "
+            f"| {_cell(r['skipped'])} | {proof} | {_cell(r['built'])} "
+            f"| {_cell(r['verified'])} | {_cell(r['sdist_wheel_disagree'])} "
+            f"| {r['seconds']:.0f} | {result} |"
+        )
+    t = data["total"]
+    lines.append(
+        f"| **total** ({t['bases_passed']}/{t['bases']} ok) | {t['passed']} | {t['failed']} "
+        f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
+        f"| | {t['seconds']:.0f} | |"
+    )
+    notes = [f"- {r['base']}: {reason}" for r in data["bases"] for reason in r["reasons"]]
+    if notes:
+        lines += ["", "Reasons:", "", *notes]
+    return "\n".join(lines)
+
+
+def release_check(
+    config: Config,
+    bases: Sequence[str] | None = None,
+    *,
+    torch: str | None = None,
+    wheel: bool = True,
+    force: bool = False,
+) -> Report:
+    from vllm_fork.release.treevenv import torch_spec
+
+    start = time.monotonic()
+    pins = load_pins(config.bases_file)
+    spec = torch_spec(torch)
+    states: list[BaseState] = []
+    reused: set[str] = set()
+    for version in select_bases(config, pins, bases):
+        state, was_recorded = check_base(
+            config, pins, version, torch=spec, wheel=wheel, force=force
+        )
+        states.append(state)
+        if was_recorded:
+            reused.add(version)
+        row = summary(state, was_recorded)
+        log.info("%s: %s (%.0f s)", version, row["result"], row["seconds"])
+    return Report(states, reused, time.monotonic() - start)
+
+
+def ci_base(config: Config, commit: str) -> str | None:
+    """The one extra base a CI run checks besides the default: picked from the
+    commit hash among the other bases with a series, so successive commits
+    exercise every base."""
+    pins = load_pins(config.bases_file)
+    default = pins.get(None).version
+    others = [v for v in select_bases(config, pins, None) if v != default and has_series(config, v)]
+    if not others:
+        return None
+    try:
+        number = int(commit, 16)
+    except ValueError:
+        number = int(hashlib.sha256(commit.encode()).hexdigest(), 16)
+    return others[number % len(others)]
+
+
+def format_last_checks(config: Config, versions: Sequence[str]) -> str:
+    """Per release: the series it has and the result of its last release check."""
+    rows = last_checks(config)
+    lines = [
+        "| release | series | last release check | tests passed/failed/skipped "
+        "| prove-fail | wheel verified |",
+        "|---|---|---|---|---|---|",
+    ]
+    for version in versions:
+        series = f"series/{version}" if has_series(config, version) else "-"
+        row = rows.get(version)
+        if row is None:
+            lines.append(f"| {version} | {series} | never | - | - | - |")
+            continue
+        stale = "" if row["current"] else " (inputs changed since)"
+        tests = "/".join(_cell(row[k]) for k in ("passed", "failed", "skipped"))
+        proof = f"{row['proven']}/{row['proven_of']}" if row["proven_of"] is not None else "-"
+        lines.append(
+            f"| {version} | {series} | {row['result']}{stale} at {row['checked_at'] or '?'} "
+            f"| {tests} | {proof} | {_cell(row['verified'])} |"
+        )
+    return "\n".join(lines)
+
+
+def last_checks(config: Config) -> dict[str, dict[str, Any]]:
+    """The summary row of every base's last recorded check (for ``matrix``)."""
+    rows: dict[str, dict[str, Any]] = {}
+    directory = state_dir(config)
+    if not directory.is_dir():
+        return rows
+    for path in directory.glob("*.json"):
+        state = load_state(config, path.stem)
+        if state is not None:
+            row = summary(state)
+            row["checked_at"] = state.checked_at
+            series = _series_digest(config, state.version)
+            row["current"] = series == state.inputs.get("series") and (
+                state.inputs.get("tool") == __version__
+            )
+            rows[state.version] = row
+    return rows
