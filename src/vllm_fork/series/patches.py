@@ -35,20 +35,20 @@ def known_changes() -> tuple[str, ...]:
     return registry.header_ids()
 
 
-@dataclass(frozen=True)
-class PatchHeader:
-    file: str
-    author: str
-    date: str
-    subject: str
-    body: str
+class TrailerFields:
+    """The fork's header fields of a patch file or of a work-tree commit, read
+    from its git trailers (``trailers``: (key, value) pairs, in order)."""
+
     trailers: tuple[tuple[str, str], ...]
 
+    def values(self, key: str) -> list[str]:
+        """Every value of trailer ``key`` (case-insensitive), in order."""
+        return [value for name, value in self.trailers if name.lower() == key.lower()]
+
     def get(self, key: str) -> str | None:
-        for name, value in self.trailers:
-            if name.lower() == key.lower():
-                return value
-        return None
+        """The first value of trailer ``key``, or None."""
+        found = self.values(key)
+        return found[0] if found else None
 
     @property
     def change(self) -> str:
@@ -82,6 +82,16 @@ class PatchHeader:
     @property
     def applied_upstream(self) -> str | None:
         return self.get("Applied-Upstream")
+
+
+@dataclass(frozen=True)
+class PatchHeader(TrailerFields):
+    file: str
+    author: str
+    date: str
+    subject: str
+    body: str
+    trailers: tuple[tuple[str, str], ...]
 
 
 def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:

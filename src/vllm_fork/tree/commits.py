@@ -26,6 +26,7 @@ from pathlib import Path
 
 from vllm_fork.errors import GitError, WorkTreeError
 from vllm_fork.git import git_env, run_git
+from vllm_fork.series.patches import TrailerFields
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.materialize import BASE_KEY
 
@@ -45,38 +46,13 @@ class FileChange:
 
 
 @dataclass(frozen=True)
-class SeriesCommit:
+class SeriesCommit(TrailerFields):
     sha: str
     parent: str
     subject: str  # git's %s: the first paragraph of the message, lines joined
     message: str
     trailers: tuple[tuple[str, str], ...]
     files: tuple[FileChange, ...]
-
-    def values(self, key: str) -> list[str]:
-        """Every value of trailer ``key`` (case-insensitive), in order."""
-        return [value for name, value in self.trailers if name.lower() == key.lower()]
-
-    def get(self, key: str) -> str | None:
-        """The first value of trailer ``key``, or None."""
-        found = self.values(key)
-        return found[0] if found else None
-
-    @property
-    def change(self) -> str:
-        return self.get("Fork-Change") or ""
-
-    @property
-    def part(self) -> str:
-        return self.get("Fork-Part") or ""
-
-    @property
-    def origin(self) -> str:
-        return self.get("Origin") or ""
-
-    @property
-    def applied_upstream(self) -> str | None:
-        return self.get("Applied-Upstream")
 
     def paths(self, *statuses: str) -> list[str]:
         """Paths the commit changes, only those with one of ``statuses`` if given."""
