@@ -86,6 +86,7 @@ def test_states_and_series_per_release(
 
     assert {c: base.changes[c].state for c in change_ids()} == {
         "rope-cache-dtype": "carried",
+        "rope-fast-kernel": "missing",  # registered, no patch of it in this series
         "rope-bf16-buffer": "carried",
         "moe-bias-precast": "carried",
         "dsv32-decode": "carried",
@@ -96,6 +97,7 @@ def test_states_and_series_per_release(
 
     assert {c: middle.changes[c].state for c in change_ids()} == {
         "rope-cache-dtype": "carried",
+        "rope-fast-kernel": "missing",
         "rope-bf16-buffer": "carried",
         "moe-bias-precast": "upstream",
         "dsv32-decode": "conflict",
@@ -121,8 +123,8 @@ def test_states_and_series_per_release(
     assert not any(scratch.iterdir())
 
     table = format_matrix(matrix)
-    assert "| release | rope-cache-dtype | rope-bf16-buffer |" in table
-    assert "| 1.0.0 | carried | carried | carried | carried | carried | yes |" in table
+    assert "| release | rope-cache-dtype | rope-fast-kernel | rope-bf16-buffer |" in table
+    assert "| 1.0.0 | carried | missing | carried | carried | carried | carried | yes |" in table
     middle_line = next(ln for ln in table.splitlines() if ln.startswith("| 1.1.0 |"))
     assert "| upstream | conflict | carried | no: 1 of 6 fail (0003-" in middle_line
     assert "(1 absorbed)" in middle_line
@@ -176,7 +178,7 @@ def test_unavailable_release_is_reported(fork: Fork, monkeypatch: pytest.MonkeyP
     assert row.error is not None and "offline" in row.error
     assert matrix.unavailable == ["1.1.5"]
     table = format_matrix(matrix)
-    assert "| 1.1.5 | ? | ? | ? | ? | ? | unavailable (see below) |" in table
+    assert "| 1.1.5 | ? | ? | ? | ? | ? | ? | unavailable (see below) |" in table
     assert "1.1.5: " + row.error in table
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from vllm_fork.changes import status as status_mod
 from vllm_fork.changes.lifecycle import retirement
+from vllm_fork.changes.registry import change_ids
 from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.cli.main import main
 from vllm_fork.probes import Finding, SourceTree
@@ -217,10 +218,7 @@ def fake_probe_all(tree: SourceTree) -> dict[str, Finding]:
     """moe-bias-precast: present where moe line 5 is precast (upstream V2, or V1 + patch)."""
     moe = tree.read_text("vllm/moe.py") or ""
     precast = "moe line 5 precast once" in moe
-    findings = {
-        cid: Finding("absent", f"no {cid}")
-        for cid in ("rope-cache-dtype", "rope-bf16-buffer", "dsv32-decode", "ar-rms-pack-gate")
-    }
+    findings = {cid: Finding("absent", f"no {cid}") for cid in change_ids()}
     findings["moe-bias-precast"] = Finding(
         "present" if precast else "absent", "bias precast once" if precast else "cast per call"
     )
