@@ -39,7 +39,8 @@ from .conftest import (
     make_tar,
     sha256_of,
 )
-from .gitutil import commit, git, trailer_block
+from .gitutil import git
+from .test_tree import make_series
 
 
 @dataclass(frozen=True)
@@ -101,32 +102,6 @@ def leftovers(*dirs: Path) -> list[Path]:
     return found
 
 
-def with_series(repo: ForkRepo, tmp_path: Path) -> Path:
-    """Give the synthetic base a two-patch series; return the exported tree."""
-    from vllm_fork.tree.export import export
-    from vllm_fork.tree.materialize import materialize
-
-    tree = tmp_path / "seed"
-    materialize(repo.config, None, tree)
-    layer = (tree / "vllm/layer.py").read_text()
-    commit(
-        tree,
-        "[ROCm] Change f3",
-        "Make f3 add more.",
-        trailer_block(),
-        {"vllm/layer.py": layer.replace("return x + 3\n", "return x + 33\n")},
-    )
-    commit(
-        tree,
-        "[ROCm][Tests] Cover f3",
-        "Tests for f3.",
-        trailer_block(part="tests", origin="vendor"),
-        {"tests/test_f3.py": "def test_f3():\n    assert True\n"},
-    )
-    export(repo.config, tree)
-    return tree
-
-
 def assert_complete(tree: Path, patches: int = 2) -> None:
     assert git_out(["rev-parse", "--abbrev-ref", "HEAD"], cwd=tree) == "fork"
     count = git_out(["rev-list", "--count", f"{tag_for(FAKE_VERSION)}..HEAD"], cwd=tree)
@@ -150,7 +125,7 @@ KILL_MATERIALIZE = rows(
 
 @pytest.mark.parametrize("fault", params(KILL_MATERIALIZE))
 def test_kill_during_materialize(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) -> None:
-    with_series(fork_repo, tmp_path)
+    make_series(fork_repo, tmp_path)
     action, _, point = fault.case.partition(" at ")
     signal_name = {"SIGKILL": "kill", "SIGTERM": "term"}[action]
     target = tmp_path / "work" / "tree"
@@ -286,11 +261,12 @@ KILL_BUILD = rows(
 
 @pytest.mark.parametrize("fault", params(KILL_BUILD))
 def test_kill_during_build(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) -> None:
-    from .buildutil import make_series, pin_upstream_wheel, python_patch
+    from .buildutil import make_series as series_of
+    from .buildutil import pin_upstream_wheel, python_patch
     from .test_build_plan import fake_build_python, in_tree_backend
 
     pin_upstream_wheel(fork_repo, tmp_path / "upstream")
-    make_series(fork_repo, tmp_path, python_patch, in_tree_backend)
+    series_of(fork_repo, tmp_path, python_patch, in_tree_backend)
     action, _, point = fault.case.partition(" at ")
     signal_name = {"SIGKILL": "kill", "SIGTERM": "term"}[action]
     dist = tmp_path / "dist"
@@ -614,7 +590,7 @@ CONCURRENT = rows(
 
 @pytest.mark.parametrize("fault", params(CONCURRENT))
 def test_concurrent_materialize(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) -> None:
-    with_series(fork_repo, tmp_path)
+    make_series(fork_repo, tmp_path)
     target = tmp_path / "tree"
     argv = [sys.executable, "-m", "vllm_fork.cli.main", "materialize", str(target)]
     procs = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -641,7 +617,7 @@ EXPORT = rows(
 def test_export_never_drops_patches_silently(
     fault: Fault, fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tree = with_series(fork_repo, tmp_path)
+    tree = make_series(fork_repo, tmp_path)
     series_dir = fork_repo.series_dir()
     before = {p.name: p.read_bytes() for p in series_dir.iterdir()}
     if fault.case.startswith("detached"):
