@@ -56,7 +56,7 @@ done
 t=$dest/tests/fork-0.21.0
 mkdir -p "$t/tests/kernels/core" "$t/csrc"
 for f in test_rotary_embedding_cache_dtype.py test_rotary_embedding_fast.py \
-  test_rotary_embedding_hipify.py; do
+  test_rotary_embedding_rocm_portable.py; do
   cp "$fork/tests/kernels/core/$f" "$t/tests/kernels/core/"
 done
 cp "$fork"/csrc/{pos_encoding_kernels.cu,cuda_compat.h,dispatch_utils.h} "$t/csrc/"
@@ -68,7 +68,7 @@ if [ -n "$fork_0200" ]; then
   done
   cp -r "$dest/src/fork-0.20.0/csrc" "$dest/tests/fork-0.20.0/"
   for f in test_rotary_embedding_cache_dtype.py test_rotary_embedding_fast.py \
-    test_rotary_embedding_hipify.py; do
+    test_rotary_embedding_rocm_portable.py; do
     cp "$fork_0200/tests/kernels/core/$f" "$dest/tests/fork-0.20.0/tests/kernels/core/"
   done
 fi
