@@ -25,5 +25,5 @@ ensure_venv() {
 
 # The default base recorded in bases.toml (needs ensure_venv first).
 default_base() {
-    .venv/bin/python -c 'from pathlib import Path; from vllm_fork.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)'
+    .venv/bin/python -c 'from pathlib import Path; from vllm_fork.sources.pins import load_pins; print(load_pins(Path("bases.toml")).get(None).version)'
 }

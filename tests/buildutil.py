@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_fork.export import export
-from vllm_fork.pins import FilePin, load_pins, save_pins
-from vllm_fork.tree import materialize
+from vllm_fork.sources.pins import FilePin, load_pins, save_pins
+from vllm_fork.tree.export import export
+from vllm_fork.tree.materialize import materialize
 
 from .conftest import FAKE_VERSION, ForkRepo
 from .gitutil import commit, trailer_block

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.config import Config, load_config
-from vllm_fork.pins import Base, FilePin, Pins, save_pins
-from vllm_fork.pipconf import PipConfig
 from vllm_fork.probes import GitTree
-from vllm_fork.upstream import ensure_upstream
+from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
+from vllm_fork.sources.pipconf import PipConfig
+from vllm_fork.sources.upstream import ensure_upstream
 
 FAKE_VERSION = "9.9.9"
 FAKE_FILES = {
@@ -163,7 +163,7 @@ def fork_repo(tmp_path: Path, local_index: LocalIndex, monkeypatch: pytest.Monke
     monkeypatch.setenv("VLLM_FORK_CACHE_DIR", str(cache))
     # Reading pip's configuration costs a pip start-up per call; test_pipconf covers it.
     monkeypatch.setattr(
-        "vllm_fork.sources.load_pip_config", lambda: PipConfig(index_url=local_index.url)
+        "vllm_fork.sources.fetch.load_pip_config", lambda: PipConfig(index_url=local_index.url)
     )
     return ForkRepo(root, load_config(), sdist)
 
@@ -181,7 +181,7 @@ def upstream_source() -> Callable[[str], GitTree]:
 
     @functools.cache
     def get(version: str) -> GitTree:
-        from vllm_fork.pins import load_pins
+        from vllm_fork.sources.pins import load_pins
 
         base = load_pins(config.bases_file).get(version)
         return GitTree(config.upstream_repo, ensure_upstream(config, base))

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.config import Config, load_config
-from vllm_fork.pins import Base, FilePin, Pins, save_pins
-from vllm_fork.upstream import import_sdist, init_repo
+from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
+from vllm_fork.sources.upstream import import_sdist, init_repo
 
 DATE = "2026-11-21T12:00:00+00:00"
 
@@ -179,8 +179,8 @@ class Fork:
 
     def write_series(self, version: str, patches: list[PatchSpec]) -> Path:
         """Make series/<version>/ with the tool: materialize, commit, export."""
-        from vllm_fork.export import export
-        from vllm_fork.tree import materialize
+        from vllm_fork.tree.export import export
+        from vllm_fork.tree.materialize import materialize
 
         work = self.tmp / f"author-{version}"
         materialize(self.config, version, work)

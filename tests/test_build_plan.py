@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build import BuildRequest, build
-from vllm_fork.buildconf import load_full_options, parse_source_option
-from vllm_fork.buildenv import BuildEnvError, PythonInfo, check_build_python, check_toolchain
-from vllm_fork.buildplan import DRIVER, SCRUBBED, FullOptions, PlanError, plan_build
-from vllm_fork.cli import main
+from vllm_fork.build.builder import BuildRequest, build
+from vllm_fork.build.env import BuildEnvError, PythonInfo, check_build_python, check_toolchain
+from vllm_fork.build.options import load_full_options, parse_source_option
+from vllm_fork.build.plan import DRIVER, SCRUBBED, FullOptions, PlanError, plan_build
+from vllm_fork.cli.main import main
 from vllm_fork.errors import UsageError
 
 from .buildutil import make_series, pin_wheel, python_patch
@@ -222,7 +222,7 @@ def test_toolchain_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
-    monkeypatch.setattr("vllm_fork.buildenv.Path.is_file", lambda self: False)
+    monkeypatch.setattr("vllm_fork.build.env.Path.is_file", lambda self: False)
     assert "nvcc not found" in check_toolchain("cuda", info())[0]
     assert "hipcc not found" in check_toolchain("rocm", info(torch_hip="7.1"))[0]
 
@@ -246,7 +246,7 @@ def test_full_build_fails_early_without_toolchain(
     def boom(*args: object, **kw: object) -> None:
         raise AssertionError("materialize must not run")
 
-    monkeypatch.setattr("vllm_fork.tree.materialize", boom)
+    monkeypatch.setattr("vllm_fork.tree.materialize.materialize", boom)
     # A build Python with a ROCm torch, on a machine without hipcc.
     probe = {
         "python": "3.11",
@@ -325,7 +325,7 @@ def test_cli_dry_run(
 
 
 def test_build_trees_survive_the_cache_lock(fork_repo: ForkRepo) -> None:
-    from vllm_fork.build import work_root
+    from vllm_fork.build.builder import work_root
     from vllm_fork.lock import cache_lock
 
     tree = work_root(fork_repo.config) / "build-x" / "src"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.cli import main
-from vllm_fork.pins import load_pins
+from vllm_fork.build.verify import verify_wheel
+from vllm_fork.build.wheelfile import Wheel, diff_wheels
+from vllm_fork.cli.main import main
 from vllm_fork.provenance import PACKAGE_PATH, dumps, format_record, make_record
-from vllm_fork.series import load_series
-from vllm_fork.verify import verify_wheel
-from vllm_fork.wheelfile import Wheel, diff_wheels
+from vllm_fork.series.patches import load_series
+from vllm_fork.sources.pins import load_pins
 
 from .buildutil import WHEEL_PIN, csrc_patch, make_series, pin_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo, sha256_of

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build import BuildRefused, BuildRequest, prepare
-from vllm_fork.buildrules import precompiled_conflicts, precompiled_reason, touched_paths
-from vllm_fork.cli import main
+from vllm_fork.build.builder import BuildRefused, BuildRequest, prepare
+from vllm_fork.build.rules import precompiled_conflicts, precompiled_reason, touched_paths
+from vllm_fork.cli.main import main
 from vllm_fork.errors import SeriesError, UsageError
-from vllm_fork.forkversion import check_fork_version, fork_version, series_revision
+from vllm_fork.series.forkversion import check_fork_version, fork_version, series_revision
 
 from .buildutil import csrc_patch, make_series, pin_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo
@@ -142,3 +142,15 @@ def test_series_revision(tmp_path: Path) -> None:
     (tmp_path / "revision").write_text("seven\n")
     with pytest.raises(SeriesError, match="one non-negative integer"):
         series_revision(tmp_path, 4)
+
+
+def test_overwritten_paths_are_listed_in_one_module() -> None:
+    import vllm_fork
+
+    src = Path(vllm_fork.__file__).parent
+    holders = sorted(
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if "vllm/third_party/" in p.read_text() or "vllm/vllm_flash_attn/" in p.read_text()
+    )
+    assert holders == ["build/rules.py"]

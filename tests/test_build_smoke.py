@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.build.smoke import SmokeFailed, check_changes, smoke
 from vllm_fork.probes import Finding
-from vllm_fork.smoke import SmokeFailed, check_changes, smoke
 
 from .conftest import ForkRepo
 from .wheelutil import write_wheel

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.cli import main
-from vllm_fork.pins import Base, FilePin, Pins, save_pins
+from vllm_fork.cli.main import main
+from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 
 from .conftest import FAKE_VERSION, ForkRepo, LocalIndex, file_member, make_tar, sha256_of
 
@@ -71,7 +71,7 @@ def test_hostile_sdist_exit_1_and_nothing_imported(
     code, _, err = run(capsys, "materialize", str(target))
     assert code == 1
     assert err == (
-        "vllm-fork: error: refusing archive member 'vllm-9.9.9/../../evil.py': "
+        "vllm-fork: error: vllm-9.9.9.tar.gz: refusing archive member 'vllm-9.9.9/../../evil.py': "
         "'..' path component\n"
     )
     assert not target.exists()

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.forktests import (
+from vllm_fork.git import run_git
+from vllm_fork.testing.forktests import (
     is_test_module,
     parse_junit,
     patch_commits,
     prove_failing,
     run_fork_tests,
 )
-from vllm_fork.git import run_git
-from vllm_fork.tree import BASE_KEY
+from vllm_fork.tree.materialize import BASE_KEY
 
 HEADER = """{subject}
 
@@ -141,7 +141,7 @@ def test_parse_junit_missing_report_counts_as_error(tmp_path: Path) -> None:
 def test_cli_resolves_a_relative_interpreter_before_leaving_for_the_tree(
     work_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_fork.cli import main
+    from vllm_fork.cli.main import main
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

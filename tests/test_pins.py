@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import ConfigError, NotOnIndexError
-from vllm_fork.pinner import pin_versions
-from vllm_fork.pins import dump_pins, load_pins, pick_wheel
-from vllm_fork.sources import Fetcher
+from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.pinner import pin_versions
+from vllm_fork.sources.pins import dump_pins, load_pins, pick_wheel
 
 from .conftest import FAKE_VERSION, ForkRepo, LocalIndex, make_sdist, sha256_of
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from vllm_fork.pipconf import PYPI_SIMPLE, merge, parse_config_list
+from vllm_fork.sources.pipconf import PYPI_SIMPLE, merge, parse_config_list
 
 SAMPLE = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
@@ -9,7 +9,7 @@ SAMPLE = """\
 global.cert='/etc/ssl/certs/other.crt'
 global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
 global.find-links='/opt/wheels'
-install.trusted-host='mirror.example\\nother.example'
+download.trusted-host='mirror.example\\nother.example'
 user.ignored='x'
 """
 
@@ -20,7 +20,7 @@ def test_parse_config_list_by_section() -> None:
         "file:///opt/pypi/simple file:///opt/pypi-more/simple"
     )
     assert sections[":env:"]["default-timeout"] == "180"
-    assert sections["install"]["trusted-host"] == "mirror.example\nother.example"
+    assert sections["download"]["trusted-host"] == "mirror.example\nother.example"
 
 
 def test_merge_precedence_and_lists() -> None:
@@ -55,10 +55,28 @@ def test_environment_overrides_files() -> None:
 
 
 def test_command_section_beats_global_and_no_index() -> None:
-    text = "global.index-url='https://g.example/simple'\ninstall.index-url='https://i.example/s'\n"
-    assert merge(parse_config_list(text), environ={}).index_url == "https://i.example/s"
+    text = "global.index-url='https://g.example/simple'\ndownload.index-url='https://d.example/s'\n"
+    assert merge(parse_config_list(text), environ={}).index_url == "https://d.example/s"
     conf = merge(parse_config_list(text), environ={"PIP_NO_INDEX": "1"})
     assert conf.indexes == ()
+
+
+def test_other_commands_sections_are_not_read() -> None:
+    # pip download never reads [install]: neither does the tool, whatever the order.
+    text = (
+        "download.index-url='https://d.example/s'\n"
+        "global.index-url='https://g.example/simple'\n"
+        "install.index-url='https://i.example/s'\n"
+        "install.trusted-host='i.example'\n"
+        "wheel.proxy='http://w.example:1'\n"
+    )
+    conf = merge(parse_config_list(text), environ={})
+    assert conf.index_url == "https://d.example/s"
+    assert conf.trusted_hosts == () and conf.proxy is None
+    only_install = "global.index-url='https://g.example/simple'\ninstall.index-url='https://i/s'\n"
+    assert (
+        merge(parse_config_list(only_install), environ={}).index_url == "https://g.example/simple"
+    )
 
 
 def test_garbage_lines_are_ignored() -> None:
@@ -66,7 +84,7 @@ def test_garbage_lines_are_ignored() -> None:
 
 
 def test_load_pip_config_runs_pip_and_reads_env(monkeypatch, tmp_path) -> None:
-    from vllm_fork.pipconf import load_pip_config
+    from vllm_fork.sources.pipconf import load_pip_config
 
     conf_file = tmp_path / "pip.conf"
     conf_file.write_text("[global]\nextra-index-url = file:///nowhere/simple\n")

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.changes import registry
 from vllm_fork.probes import (
-    CHANGE_IDS,
-    HARDENING,
     DirTree,
     Finding,
     GitTree,
@@ -32,6 +31,9 @@ def make_tree(root: Path, files: dict[str, str]) -> DirTree:
 # --------------------------------------------------------------------------- upstream trees
 
 P, A, N = "present", "absent", "n/a"
+# What each pristine release has, as the probes must find it. Written out here
+# and compared with the registry's declared releases (upstream_since,
+# applies_since), so that a wrong declaration and a wrong probe both fail.
 EXPECTED = {
     #          rope-cache-dtype, rope-bf16-buffer, moe-bias-precast, dsv32-decode, ar-rms
     "0.19.1": (N, A, A, A, N),
@@ -43,16 +45,34 @@ EXPECTED = {
 }
 
 
+@pytest.mark.parametrize("version", sorted(EXPECTED))
+def test_registry_declares_the_upstream_states(version):
+    declared = tuple(c.expected_upstream(version) for c in registry.changes())
+    assert declared == EXPECTED[version]
+
+
 @pytest.mark.network
 @pytest.mark.parametrize("version", sorted(EXPECTED))
 def test_upstream_states(upstream_source, version):
     found = probe_all(upstream_source(version))
-    assert list(found) == list(CHANGE_IDS)
-    states = tuple(found[c].state for c in CHANGE_IDS)
+    assert list(found) == list(registry.change_ids())
+    states = tuple(found[c].state for c in registry.change_ids())
     assert states == EXPECTED[version], {c: (f.state, f.reason) for c, f in found.items()}
     for cid, f in found.items():
         assert f.reason and "\n" not in f.reason
-        assert set(f.hardening) == set(HARDENING[cid])
+        assert tuple(f.hardening) == registry.get(cid).hardening_ids
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("change", registry.changes(), ids=lambda c: c.id)
+def test_registry_files_exist_upstream(upstream_source, change):
+    """Every file the registry names for a release is in that release's tree,
+    except those the fork adds."""
+    for version in EXPECTED:
+        tree = upstream_source(version)
+        for landing in change.files:
+            if landing.at(version) and not landing.added:
+                assert tree.read_text(landing.path) is not None, (version, landing.path)
 
 
 @pytest.mark.network

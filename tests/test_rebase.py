@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.cli import main
+from vllm_fork.cli.main import main
 from vllm_fork.errors import UnknownVersionError, WorkTreeError
-from vllm_fork.rebase import (
+from vllm_fork.rebase.engine import (
     RebaseConflict,
     abort_rebase,
     continue_rebase,
     start_rebase,
 )
-from vllm_fork.rebase_state import STATE_FILE
-from vllm_fork.series import load_series, parse_patch
-from vllm_fork.tree import materialize
+from vllm_fork.rebase.state import STATE_FILE
+from vllm_fork.series.patches import load_series, parse_patch
+from vllm_fork.tree.materialize import materialize
 
 try:
     from .rebase_support import (
@@ -146,7 +146,7 @@ def test_clean_rebase_applies_follows_rename_and_absorbs(fork: Fork, tmp_path: P
     # ... and the old one, with its trailer, still materializes and exports byte-stable.
     old = tmp_path / "old"
     materialize(fork.config, V1, old)
-    from vllm_fork.export import export
+    from vllm_fork.tree.export import export
 
     assert not export(fork.config, old).changed
 
@@ -184,7 +184,7 @@ def test_change_absorbed_by_probe_keeps_hardening(
         seen.append(git(tree_path, "rev-parse", f"{commit}^{{tree}}"))
         return {"dsv32-decode": ("present", "upstream keys the cache on everything")}
 
-    monkeypatch.setattr("vllm_fork.rebase.probe_upstream", fake_probe)
+    monkeypatch.setattr("vllm_fork.rebase.engine.probe_upstream", fake_probe)
     result = start_rebase(fork.config, V1, V2, tree, log=quiet)
 
     assert results(result.state) == [
@@ -213,7 +213,7 @@ def test_hardening_of_absorbed_change_conflicts_instead_of_dropping(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     monkeypatch.setattr(
-        "vllm_fork.rebase.probe_upstream",
+        "vllm_fork.rebase.engine.probe_upstream",
         lambda *_: {"dsv32-decode": ("present", "found upstream")},
     )
     with pytest.raises(RebaseConflict) as info:
@@ -376,7 +376,7 @@ def test_crash_during_picks_can_continue(
     start_rebase(fork.config, V1, V2, reference, force_series=True, log=quiet)
     expected = git(reference, "rev-parse", "HEAD")
 
-    import vllm_fork.rebase as rebase_mod
+    import vllm_fork.rebase.engine as rebase_mod
 
     real_pick = rebase_mod.pick
     calls = {"n": 0}
@@ -406,7 +406,7 @@ def test_crash_mid_pick_leaves_work_tree_recoverable(
     fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fork.write_series(V1, CLEAN_SERIES)
-    import vllm_fork.rebase as rebase_mod
+    import vllm_fork.rebase.engine as rebase_mod
 
     real_pick = rebase_mod.pick
 
@@ -433,7 +433,7 @@ def test_crash_during_import_then_abort(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     before = snapshot(tree)
-    import vllm_fork.rebase as rebase_mod
+    import vllm_fork.rebase.engine as rebase_mod
 
     real_stack = rebase_mod.stack_upstream
 
@@ -460,7 +460,7 @@ def test_crash_while_finishing_then_abort(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     before = snapshot(tree)
-    import vllm_fork.rebase as rebase_mod
+    import vllm_fork.rebase.engine as rebase_mod
 
     real_write = rebase_mod.add_applied_upstream
 
@@ -493,7 +493,7 @@ def test_state_file_is_replaced_atomically(
     def failing_replace(*_args, **_kwargs):
         raise Crash()
 
-    monkeypatch.setattr("vllm_fork.rebase_state.os.replace", failing_replace)
+    monkeypatch.setattr("vllm_fork.rebase.state.os.replace", failing_replace)
     resolve(tree / "vllm/rope.py", KEEP_FORK)
     git(tree, "add", "vllm/rope.py")
     with pytest.raises(Crash):
@@ -586,7 +586,7 @@ def test_file_added_by_an_absorbed_patch_is_named_in_the_conflict(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     monkeypatch.setattr(
-        "vllm_fork.rebase.probe_upstream",
+        "vllm_fork.rebase.engine.probe_upstream",
         lambda *_: {"dsv32-decode": ("present", "found upstream")},
     )
     with pytest.raises(RebaseConflict) as info:

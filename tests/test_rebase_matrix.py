@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork import matrix as matrix_mod
-from vllm_fork.cli import main
+from vllm_fork.changes.registry import change_ids
+from vllm_fork.cli.main import main
 from vllm_fork.errors import UnknownVersionError
-from vllm_fork.matrix import compute_matrix, format_matrix
-from vllm_fork.probes import CHANGE_IDS, Finding
+from vllm_fork.probes import Finding
+from vllm_fork.rebase import matrix as matrix_mod
+from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 
 try:
     from .rebase_support import (
@@ -45,7 +46,7 @@ def fake_probe_all(tree) -> dict[str, Finding]:
     declared = dict(line.split() for line in text.splitlines() if line.strip())
     return {
         change: Finding(declared.get(change, "absent"), f"{change} per {HAS}", {"item": False})
-        for change in CHANGE_IDS
+        for change in change_ids()
     }
 
 
@@ -83,7 +84,7 @@ def test_states_and_series_per_release(
     assert [r.version for r in matrix.rows] == [BASE, MIDDLE, NEWEST]  # 0.9.0 is older
     base, middle, newest = matrix.rows
 
-    assert {c: base.changes[c].state for c in CHANGE_IDS} == {
+    assert {c: base.changes[c].state for c in change_ids()} == {
         "rope-cache-dtype": "carried",
         "rope-bf16-buffer": "carried",
         "moe-bias-precast": "carried",
@@ -93,7 +94,7 @@ def test_states_and_series_per_release(
     assert base.series_applies is True
     assert {p.result for p in base.patches} == {"applied"}
 
-    assert {c: middle.changes[c].state for c in CHANGE_IDS} == {
+    assert {c: middle.changes[c].state for c in change_ids()} == {
         "rope-cache-dtype": "carried",
         "rope-bf16-buffer": "carried",
         "moe-bias-precast": "upstream",
@@ -165,7 +166,7 @@ def test_release_selection(fork: Fork) -> None:
 
 def test_unavailable_release_is_reported(fork: Fork, monkeypatch: pytest.MonkeyPatch) -> None:
     # A pinned release whose sdist is neither imported nor downloadable (offline).
-    from vllm_fork.pins import Base, FilePin, load_pins, save_pins
+    from vllm_fork.sources.pins import Base, FilePin, load_pins, save_pins
 
     pins = load_pins(fork.config.bases_file)
     pins.bases["1.1.5"] = Base("1.1.5", FilePin("vllm-1.1.5.tar.gz", "0" * 64))

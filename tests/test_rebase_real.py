@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.config import load_config
-from vllm_fork.export import export
-from vllm_fork.rebase import RebaseConflict, continue_rebase, start_rebase
-from vllm_fork.tree import materialize
+from vllm_fork.rebase.engine import RebaseConflict, continue_rebase, start_rebase
+from vllm_fork.tree.export import export
+from vllm_fork.tree.materialize import materialize
 
 try:
     from .rebase_support import DATE, git

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.conflicts import parse_markers
 from vllm_fork.errors import SeriesError
-from vllm_fork.matrix import find_moves, retarget
-from vllm_fork.series import parse_patch
-from vllm_fork.series_history import Absorbed, add_applied_upstream, write_series_history
+from vllm_fork.rebase.conflicts import parse_markers
+from vllm_fork.rebase.matrix import find_moves, retarget
+from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
+from vllm_fork.series.patches import parse_patch
 
 PATCH = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

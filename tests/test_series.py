@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import SeriesError
-from vllm_fork.series import load_series, parse_patch, read_series_file, validate_header
+from vllm_fork.series.patches import load_series, parse_patch, read_series_file, validate_header
 
 PATCH = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

@@ -13,16 +13,20 @@ from vllm_fork.errors import (
     OfflineError,
     UnknownVersionError,
 )
-from vllm_fork.pins import FilePin, load_pins
-from vllm_fork.pipconf import PipConfig
-from vllm_fork.sources import Fetcher
+from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.pins import FilePin, load_pins
+from vllm_fork.sources.pipconf import PipConfig
 
 from .conftest import FAKE_VERSION, ForkRepo, LocalIndex, make_sdist, sha256_of
 
 
 def cache_files(repo: ForkRepo) -> list[Path]:
     cache = repo.config.cache_dir
-    return sorted(p for p in cache.rglob("*") if p.is_file() and p.name != ".lock")
+    return sorted(
+        p
+        for p in cache.rglob("*")
+        if p.is_file() and p.name != ".lock" and "state" not in p.relative_to(cache).parts
+    )
 
 
 def pin_of(repo: ForkRepo) -> FilePin:
@@ -80,7 +84,7 @@ def test_corrupt_cache_is_downloaded_again(fork_repo: ForkRepo) -> None:
     path = Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
     path.write_bytes(b"garbage")
     offline = dataclasses.replace(fork_repo.config, offline=True)
-    with pytest.raises(OfflineError, match="was corrupt"):
+    with pytest.raises(OfflineError, match="is corrupt"):
         Fetcher(offline).ensure(pin_of(fork_repo))
     assert not path.exists()
     path2 = Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
@@ -108,11 +112,17 @@ def test_later_index_is_searched_and_file_index_read(
 
 
 def test_stale_partial_files_are_removed(fork_repo: ForkRepo) -> None:
-    stale = fork_repo.config.tmp_dir / ".vllm-9.9.9.tar.gz.abc.part"
+    stale = fork_repo.config.tmp_dir / ".vllm-fork-tmp.vllm-9.9.9.tar.gz.abc.part"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"half a download")
+    # Entries without the tool's mark are not its own: cleanup leaves them alone.
+    foreign = fork_repo.config.tmp_dir / "notes.part"
+    foreign.write_text("mine")
+    user_dir = fork_repo.config.tmp_dir / ".vllm-fork-tmp.tree.x"
+    (user_dir / "src").mkdir(parents=True)
     Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
     assert not stale.exists()
+    assert foreign.read_text() == "mine" and (user_dir / "src").is_dir()
 
 
 def test_unreachable_index_is_a_network_error(fork_repo: ForkRepo, local_index: LocalIndex) -> None:

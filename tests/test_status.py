@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork import status as status_mod
+from vllm_fork.changes import status as status_mod
+from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.probes import Finding, SourceTree
-from vllm_fork.status import compute_status, format_status
 
 from .conftest import ForkRepo
 from .test_tree import make_series

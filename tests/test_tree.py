@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.errors import PatchFailedError, SeriesError, WorkTreeError
-from vllm_fork.export import export
-from vllm_fork.series import load_series, parse_patch
-from vllm_fork.tree import materialize
+from vllm_fork.errors import ExportRefusedError, PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.series.patches import load_series, parse_patch
+from vllm_fork.tree.export import export
+from vllm_fork.tree.materialize import materialize
 
 from .conftest import FAKE_VERSION, ForkRepo
 from .gitutil import DATE, commit, git, trailer_block
@@ -106,7 +106,11 @@ def test_export_in_git_repo_leaves_status_clean(fork_repo: ForkRepo, tmp_path: P
 def test_export_removes_stale_and_refuses_dirty(fork_repo: ForkRepo, tmp_path: Path) -> None:
     tree = make_series(fork_repo, tmp_path)
     git(tree, "reset", "-q", "--hard", "HEAD~1")
-    result = export(fork_repo.config, tree)
+    # Dropping a patch is refused unless forced, and nothing is written.
+    with pytest.raises(ExportRefusedError, match="would drop 1 patch.*0002-ROCm-Tests-Cover-f3"):
+        export(fork_repo.config, tree)
+    assert len(load_series(fork_repo.series_dir()).patches) == 2
+    result = export(fork_repo.config, tree, force=True)
     assert result.removed == ["0002-ROCm-Tests-Cover-f3.patch"]
     assert [p.name for p in load_series(fork_repo.series_dir()).patches] == [
         "0001-ROCm-Change-f3.patch"
@@ -126,7 +130,7 @@ def test_export_keeps_history_comments_when_the_list_changes(
     history = "# Applied-Upstream: 9.9.9 <- 0009-Old.patch (ar-rms-pack-gate, change): probe\n"
     series_file.write_text(series_file.read_text() + history)
     git(tree, "reset", "-q", "--hard", "HEAD~1")
-    result = export(fork_repo.config, tree)
+    result = export(fork_repo.config, tree, force=True)
     assert result.series_changed
     text = series_file.read_text()
     assert text.endswith("0001-ROCm-Change-f3.patch\n" + history)
@@ -181,7 +185,7 @@ def test_failing_patch_is_reported_and_dir_removed(fork_repo: ForkRepo, tmp_path
     message = str(err.value)
     assert "patch 0001-ROCm-Change-f3.patch (#1 of 2) does not apply" in message
     assert "vllm/layer.py: hunk @@ -" in message
-    assert "was removed (use --keep-failed to keep it)" in message
+    assert "was not created (use --keep-failed to keep the partial tree)" in message
     assert not target.exists()
 
 
@@ -248,3 +252,34 @@ def test_export_refuses_paths_the_build_overwrites(fork_repo: ForkRepo, tmp_path
     )
     with pytest.raises(SeriesError, match="must not change paths.*vllm/third_party/x.py"):
         export(fork_repo.config, tree)
+
+
+def test_export_refuses_an_overwritten_path_a_later_patch_removes(
+    fork_repo: ForkRepo, tmp_path: Path
+) -> None:
+    # Each patch file would still carry the change, so the series is refused
+    # even though the tree at HEAD no longer differs there.
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    commit(
+        tree,
+        "[ROCm] Add to flash-attn",
+        "No.",
+        trailer_block(),
+        {"vllm/vllm_flash_attn/x.py": "1\n"},
+    )
+    (tree / "vllm/vllm_flash_attn/x.py").unlink()
+    commit(tree, "[ROCm] Take it back", "No.", trailer_block(), {})
+    with pytest.raises(SeriesError, match="must not change paths.*vllm/vllm_flash_attn/x.py"):
+        export(fork_repo.config, tree)
+
+
+def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo) -> None:
+    """A build tree goes into <cache>/work; a user's DIR anywhere in the cache is refused."""
+    inside = fork_repo.config.cache_dir / "work" / "build-x" / "src"
+    with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
+        materialize(fork_repo.config, None, inside)
+    assert materialize(fork_repo.config, None, inside, internal=True).path == inside
+    elsewhere = fork_repo.config.cache_dir / "tmp" / "tree"
+    with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
+        materialize(fork_repo.config, None, elsewhere, internal=True)

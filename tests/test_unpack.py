@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import UnsafeArchiveError
-from vllm_fork.unpack import safe_extract
+from vllm_fork.sources.unpack import safe_extract
 
 from .conftest import file_member, make_tar
 

@@ -7,7 +7,7 @@ import io
 import zipfile
 from pathlib import Path
 
-from vllm_fork.wheelfile import record_digest
+from vllm_fork.build.wheelfile import record_digest
 
 
 def write_wheel(path: Path, files: dict[str, bytes], version: str, tag: str) -> Path:

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from vllm_fork.cli.main import main
 
 sys.exit(main())

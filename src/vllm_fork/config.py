@@ -8,7 +8,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from .errors import ConfigError
+from vllm_fork.errors import ConfigError
 
 ENV_CACHE = "VLLM_FORK_CACHE_DIR"
 ENV_OFFLINE = "VLLM_FORK_OFFLINE"

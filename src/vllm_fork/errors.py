@@ -1,4 +1,12 @@
-"""Errors raised by the tool. The CLI turns each into one clear message."""
+"""Errors raised by the tool. The CLI turns each into one clear message.
+
+Exit codes (documented in docs/reliability.md, checked by tests/test_faults.py):
+0 success, 1 the operation failed, 2 bad command-line input or a directory
+that cannot be used, 3 bad configuration (bases.toml, pip), 4 a file-system
+fault (read-only or unwritable cache, a path under a regular file),
+70 an internal error (a bug: please report it), 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,18 @@ class UsageError(ForkError):
 
 class ConfigError(ForkError):
     """The repository, bases.toml or the pip configuration cannot be used."""
+
+    exit_code = 3
+
+
+class CacheError(ForkError):
+    """The download cache cannot be written or read (permissions, not a directory)."""
+
+    exit_code = 4
+
+
+class CacheCorruptError(ForkError):
+    """A cached artifact failed its integrity check and cannot be rebuilt here."""
 
 
 class UnknownVersionError(UsageError):
@@ -57,3 +77,11 @@ class PatchFailedError(ForkError):
 
 class WorkTreeError(ForkError):
     """A work tree directory cannot be used as asked."""
+
+
+class UnsupportedBaseError(UsageError):
+    """A base that bases.toml does not mark as supported (no hardening series)."""
+
+
+class ExportRefusedError(UsageError):
+    """An export that would lose patches (detached or non-tip HEAD, dropped patches)."""

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import GitError
+from vllm_fork.errors import GitError
 
 FORK_NAME = "vLLM ROCm fork maintainers"
 FORK_EMAIL = "rocm-fork-maintainers@users.noreply.github.com"

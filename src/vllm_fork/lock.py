@@ -1,27 +1,80 @@
-"""An inter-process lock on the cache, so concurrent runs do not race on imports."""
+"""Inter-process locks: one on the cache, one per work-tree directory.
+
+Temporary entries the tool makes (in ``<cache>/tmp`` and next to a work tree
+being materialized) carry its mark: a name starting with :data:`TMP_PREFIX`
+and, for directories, a :data:`MARKER` file inside. Cleanup removes only
+marked entries, so nothing a user put there is ever deleted.
+"""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import logging
+import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
+TMP_PREFIX = ".vllm-fork-tmp."
+MARKER = ".vllm-fork-owned"
+
 _held: dict[Path, int] = {}
 _guard = threading.Lock()
 
 
-@contextmanager
-def cache_lock(cache_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``cache_dir`` (re-entrant within one process).
+def owned_tempdir(parent: Path, label: str) -> Path:
+    """A new directory in ``parent`` marked as the tool's own (see :func:`clear_owned`)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{label}.", dir=parent))
+    (path / MARKER).write_text(f"{os.getpid()}\n")
+    return path
 
-    Downloads and imports stage their files in ``cache_dir/tmp`` only while
-    holding the lock, so whatever is there when the lock is first taken was
-    left by a killed process and is removed.
+
+def owned_tempfile(parent: Path, label: str) -> Path:
+    """A new empty file in ``parent`` marked as the tool's own by its name."""
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{label}.", suffix=".part", dir=parent)
+    os.close(fd)
+    return Path(name)
+
+
+def is_owned(entry: Path) -> bool:
+    if not entry.name.startswith(TMP_PREFIX) or entry.is_symlink():
+        return False
+    if entry.is_dir():
+        return (entry / MARKER).is_file()
+    return entry.is_file() and entry.name.endswith(".part")
+
+
+def clear_owned(parent: Path, label: str = "") -> list[Path]:
+    """Remove the entries of ``parent`` that the tool marked (only those); return them.
+
+    Callers hold the lock that guards ``parent``'s temporary entries, so a
+    marked entry found here was left by a killed run.
     """
-    path = (cache_dir / ".lock").resolve()
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        if not entry.name.startswith(TMP_PREFIX + label) or not is_owned(entry):
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+@contextmanager
+def _flock(path: Path, what: str) -> Iterator[None]:
+    path = path.resolve()
     with _guard:
         depth = _held.get(path, 0)
         _held[path] = depth + 1
@@ -32,23 +85,42 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
             with _guard:
                 _held[path] -= 1
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        _clear_stale(cache_dir / "tmp")
-        try:
-            yield
-        finally:
-            with _guard:
-                del _held[path]
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("waiting for another vllm-fork run that holds %s", what)
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    finally:
+        with _guard:
+            del _held[path]
 
 
-def _clear_stale(tmp: Path) -> None:
-    if not tmp.is_dir():
-        return
-    for entry in tmp.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+@contextmanager
+def cache_lock(cache_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``cache_dir`` (re-entrant within one process).
+
+    Downloads and imports stage their files in ``cache_dir/tmp`` only while
+    holding the lock, so a marked entry there when the lock is first taken
+    was left by a killed process and is removed.
+    """
+    first = (cache_dir / ".lock").resolve() not in _held
+    with _flock(cache_dir / ".lock", f"the cache {cache_dir}"):
+        if first:
+            clear_owned(cache_dir / "tmp")
+        yield
+
+
+@contextmanager
+def dir_lock(cache_dir: Path, target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the work-tree directory ``target`` (kept in the cache,
+    so nothing is added next to the user's directory)."""
+    key = hashlib.sha256(str(target).encode()).hexdigest()[:32]
+    with _flock(cache_dir / "locks" / f"{key}.lock", str(target)):
+        yield

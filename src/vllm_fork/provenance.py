@@ -24,21 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .pins import Base
-    from .series import Series
+    from vllm_fork.series.patches import Series
+    from vllm_fork.sources.pins import Base
 
 SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"
-PR_URL = "https://github.com/vllm-project/vllm/pull/"
-
-# The upstream PR each change implements or hardens (docs: changes.md).
-CHANGE_PRS: dict[str, str] = {
-    "rope-cache-dtype": PR_URL + "41113",
-    "rope-bf16-buffer": PR_URL + "42833",
-    "moe-bias-precast": PR_URL + "39999",
-    "dsv32-decode": PR_URL + "42982",
-    "ar-rms-pack-gate": PR_URL + "42409",
-}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -46,15 +36,19 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def upstream_pr(change: str, origin: str) -> str | None:
-    """The PR of a ``backport, <url>`` origin, else the PR the change belongs to."""
+    """The PR of a ``backport, <url>`` origin, else the PR the change belongs to
+    (from the change registry; None for support patches)."""
+    from vllm_fork.changes import registry
+
     if origin.startswith("backport,"):
         return origin.split(",", 1)[1].strip() or None
-    return CHANGE_PRS.get(change)
+    entry = registry.find(change)
+    return entry.pr_url if entry is not None else None
 
 
 def patch_entries(series: Series) -> list[dict[str, Any]]:
     """One entry per patch, in series order."""
-    from .buildrules import touched_paths
+    from vllm_fork.build.rules import touched_paths
 
     entries = []
     for path, header in zip(series.patches, series.headers, strict=True):

@@ -5,55 +5,44 @@ Python files are read with ``ast``, CUDA files with comment-aware text matching.
 Every probe looks for behaviour-level structure (a dtype comparison, a cached key,
 an environment switch), not for exact upstream text, so both upstream's version
 of a change and ours are recognised.
+
+Which probe decides which change, and the change's hardening items, come
+from the change registry (vllm_fork.changes.registry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from .allreduce import probe_ar_rms_pack_gate
-from .finding import ABSENT, HARDENING, NA, PRESENT, Finding
-from .moe import probe_dsv32_decode, probe_moe_bias_precast
-from .rope import probe_rope_bf16_buffer, probe_rope_cache_dtype
-from .trees import DirTree, GitTree, SourceTree
-
-CHANGE_IDS: tuple[str, ...] = (
-    "rope-cache-dtype",
-    "rope-bf16-buffer",
-    "moe-bias-precast",
-    "dsv32-decode",
-    "ar-rms-pack-gate",
-)
-
-_PROBES: dict[str, Callable[[SourceTree], Finding]] = {
-    "rope-cache-dtype": probe_rope_cache_dtype,
-    "rope-bf16-buffer": probe_rope_bf16_buffer,
-    "moe-bias-precast": probe_moe_bias_precast,
-    "dsv32-decode": probe_dsv32_decode,
-    "ar-rms-pack-gate": probe_ar_rms_pack_gate,
-}
+from vllm_fork.changes import registry
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.probes.trees import DirTree, GitTree, SourceTree
 
 
 def probe(change_id: str, tree: SourceTree) -> Finding:
-    """Probe one change; raises ValueError for an unknown change id."""
-    try:
-        fn = _PROBES[change_id]
-    except KeyError:
+    """Probe one change; raises ValueError for an unknown change id.
+
+    The finding's hardening has exactly the change's registered items, in
+    registry order: items the probe did not report are not found; an item the
+    registry does not know is a bug in the probe.
+    """
+    change = registry.get(change_id)
+    found = change.probe_fn()(tree)
+    unknown = set(found.hardening) - set(change.hardening_ids)
+    if unknown:
         raise ValueError(
-            f"unknown change id {change_id!r}; known: {', '.join(CHANGE_IDS)}"
-        ) from None
-    return fn(tree)
+            f"probe of {change_id} reports unregistered hardening item(s): "
+            + ", ".join(sorted(unknown))
+        )
+    hardening = {item: bool(found.hardening.get(item, False)) for item in change.hardening_ids}
+    return Finding(found.state, found.reason, hardening)
 
 
 def probe_all(tree: SourceTree) -> dict[str, Finding]:
-    """Probe every change, in CHANGE_IDS order."""
-    return {cid: probe(cid, tree) for cid in CHANGE_IDS}
+    """Probe every registered change, in registry order."""
+    return {cid: probe(cid, tree) for cid in registry.change_ids()}
 
 
 __all__ = [
     "ABSENT",
-    "CHANGE_IDS",
-    "HARDENING",
     "NA",
     "PRESENT",
     "DirTree",

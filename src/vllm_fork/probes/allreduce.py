@@ -1,12 +1,12 @@
-"""Probe for ar-rms-pack-gate (#42409)."""
+"""Probe for the pack-size gate of the 1-stage AITER fused allreduce+RMSNorm kernel."""
 
 from __future__ import annotations
 
 import ast
 
-from . import pyast
-from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
-from .trees import SourceTree
+from vllm_fork.probes import pyast
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.probes.trees import SourceTree
 
 AITER_OPS = "vllm/_aiter_ops.py"
 IMPL = "_rocm_aiter_fused_allreduce_rmsnorm_impl"
@@ -90,7 +90,7 @@ def _env_closure(module: ast.Module, fns: list[pyast.FuncDef]) -> set[str]:
 
 
 def probe_ar_rms_pack_gate(tree: SourceTree) -> Finding:
-    hardening = no_hardening("ar-rms-pack-gate")
+    hardening: dict[str, bool] = {}  # probe() fills in the registered items
     module = pyast.parse(tree.read_text(AITER_OPS))
     if module is None or pyast.find_function(module, IMPL) is None:
         return Finding(NA, f"no {IMPL} in {AITER_OPS} (no fused allreduce+RMSNorm op)", hardening)

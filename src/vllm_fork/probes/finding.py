@@ -9,24 +9,6 @@ ABSENT = "absent"
 NA = "n/a"
 STATES = (PRESENT, ABSENT, NA)
 
-# Hardening items per change, in a stable order (keys of Finding.hardening).
-HARDENING: dict[str, tuple[str, ...]] = {
-    "rope-cache-dtype": ("python-dtype-check", "bounded-dispatch"),
-    "rope-bf16-buffer": ("buffer-dtype-check", "no-unusable-buffer", "recompute-consistent"),
-    "moe-bias-precast": (),
-    "dsv32-decode": (
-        "complete-metadata-key",
-        "no-reuse-without-host-seqlens",
-        "bias-precision-guard",
-    ),
-    "ar-rms-pack-gate": ("two-stage-switch",),
-}
-
-
-def no_hardening(change_id: str) -> dict[str, bool]:
-    """Every hardening item of a change, none found (for early returns)."""
-    return dict.fromkeys(HARDENING[change_id], False)
-
 
 @dataclass(frozen=True)
 class Finding:

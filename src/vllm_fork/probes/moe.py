@@ -1,13 +1,13 @@
-"""Probes for moe-bias-precast (#39999) and dsv32-decode (#42982)."""
+"""Probes for the DeepSeek MoE bias precast and the DeepSeek-V3.2 decode changes."""
 
 from __future__ import annotations
 
 import ast
 import re
 
-from . import pyast
-from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
-from .trees import SourceTree
+from vllm_fork.probes import pyast
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.probes.trees import SourceTree
 
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 AITER_OPS = "vllm/_aiter_ops.py"
@@ -30,7 +30,7 @@ def _aiter_guarded(node: ast.AST, parent_of: dict[ast.AST, ast.AST]) -> bool:
     return any(pyast.mentions(g, "aiter") for g in pyast.guards(node, parent_of))
 
 
-# --------------------------------------------------------------------------- moe-bias-precast
+# --------------------------------------------------------------------------- MoE bias precast
 
 
 def _bias_precast(module: ast.Module) -> list[str]:
@@ -143,7 +143,7 @@ def probe_moe_bias_precast(tree: SourceTree) -> Finding:
     )
 
 
-# --------------------------------------------------------------------------- dsv32-decode
+# --------------------------------------------------------------------------- V3.2 decode
 
 
 def _moe_class(module: ast.Module) -> ast.ClassDef | None:
@@ -255,7 +255,7 @@ def _whole_fills(cls: ast.ClassDef, build: pyast.FuncDef) -> list[str]:
 
 
 def probe_dsv32_decode(tree: SourceTree) -> Finding:
-    hardening = no_hardening("dsv32-decode")
+    hardening: dict[str, bool] = {}  # probe() fills in the registered items
     model = pyast.parse(tree.read_text(DEEPSEEK))
     sparse = pyast.parse(tree.read_text(SPARSE_MLA))
     if model is None or sparse is None:

@@ -1,13 +1,14 @@
-"""Probes for rope-cache-dtype (#41113) and rope-bf16-buffer (#42833)."""
+"""Probes for the rotary cache changes: the kernel reading the cache in its own dtype
+and the bf16 cache copy for AITER."""
 
 from __future__ import annotations
 
 import ast
 import re
 
-from . import cuda, pyast
-from .finding import ABSENT, NA, PRESENT, Finding, no_hardening
-from .trees import SourceTree
+from vllm_fork.probes import cuda, pyast
+from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.probes.trees import SourceTree
 
 KERNEL_PATHS = (
     "csrc/pos_encoding_kernels.cu",
@@ -20,7 +21,7 @@ _FP32_COPY = re.compile(r"(\.to\s*\(|::to\s*\(|\bto\s*\(|toType\s*\(|\.float\s*\
 _FP32_NAME = re.compile(r"kFloat(32)?\b|ScalarType::Float\b|\bfloat32\b")
 
 
-# --------------------------------------------------------------------------- rope-cache-dtype
+# --------------------------------------------------------------------------- kernel cache dtype
 
 
 def _kernel_source(tree: SourceTree) -> tuple[str, str] | None:
@@ -119,7 +120,7 @@ def _python_dtype_check(tree: SourceTree) -> bool:
 
 def probe_rope_cache_dtype(tree: SourceTree) -> Finding:
     found = _kernel_source(tree)
-    hardening = no_hardening("rope-cache-dtype")
+    hardening: dict[str, bool] = {}  # probe() fills in the registered items
     if found is None:
         return Finding(
             NA, "no rotary_embedding host function in pos_encoding_kernels.cu", hardening
@@ -172,7 +173,7 @@ def probe_rope_cache_dtype(tree: SourceTree) -> Finding:
     )
 
 
-# --------------------------------------------------------------------------- rope-bf16-buffer
+# --------------------------------------------------------------------------- bf16 cache copy
 
 
 def _buffer_calls(cls: ast.ClassDef) -> list[tuple[pyast.FuncDef, ast.Call, str]]:
@@ -196,7 +197,7 @@ def _refers(fn: ast.AST, name: str) -> bool:
 
 
 def probe_rope_bf16_buffer(tree: SourceTree) -> Finding:
-    hardening = no_hardening("rope-bf16-buffer")
+    hardening: dict[str, bool] = {}  # probe() fills in the registered items
     module = pyast.parse(tree.read_text(ROPE_BASE))
     if module is None:
         return Finding(NA, f"{ROPE_BASE} missing or unparsable", hardening)

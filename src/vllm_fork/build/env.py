@@ -1,0 +1,245 @@
+"""The Python environment a build runs in, and the checks made before a build starts.
+
+By default the tool keeps one virtual environment per (requirements file
+content, Python version) under ``<cache>/build-env/``, made by pip (the user's
+pip configuration applies) from the base's own ``requirements/build/<device>.txt``:
+a CUDA build of the pinned torch for ``cuda``, the ROCm build for ``rocm``.
+``--build-python`` uses an existing interpreter instead; nothing is installed
+into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from vllm_fork.config import Config
+from vllm_fork.errors import ForkError
+from vllm_fork.lock import cache_lock
+
+READY = ".vllm-fork-ready"
+
+
+class BuildEnvError(ForkError):
+    """The build environment or toolchain cannot build what was asked."""
+
+
+def requirements_file(tree: Path, device: str) -> Path:
+    """The base's own build requirements for ``device`` (empty mode uses cuda's)."""
+    path = Path(tree) / "requirements" / "build" / f"{device}.txt"
+    if not path.is_file():
+        raise BuildEnvError(f"the base has no {path.relative_to(tree)}")
+    return path
+
+
+def env_key(requirements: Path, python_version: str) -> str:
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
+    return f"py{python_version}-{requirements.stem}-{digest}"
+
+
+log = logging.getLogger(__name__)
+
+
+def ensure_build_env(config: Config, requirements: Path, python: str = sys.executable) -> Path:
+    """The cached environment for ``requirements``, created on first use; its python."""
+    version = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    root = config.cache_dir / "build-env"
+    env_dir = root / env_key(requirements, version)
+    env_python = env_dir / "bin" / "python"
+    with cache_lock(root):
+        if (env_dir / READY).is_file():
+            return env_python
+        shutil.rmtree(env_dir, ignore_errors=True)
+        log.info(
+            f"creating the build environment {env_dir} from {requirements.name} "
+            "(once; several GB for a CUDA or ROCm torch)"
+        )
+        start = time.monotonic()
+        try:
+            subprocess.run([python, "-m", "venv", env_dir], check=True)
+            subprocess.run(
+                [env_python, "-m", "pip", "install", "--no-input", "-q", "-r", requirements],
+                check=True,
+            )
+        except (OSError, subprocess.CalledProcessError) as exc:
+            shutil.rmtree(env_dir, ignore_errors=True)
+            raise BuildEnvError(
+                f"cannot create the build environment from {requirements}: {exc}"
+            ) from None
+        (env_dir / READY).write_text(requirements.read_text())
+        log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
+    return env_python
+
+
+_PROBE = """
+import importlib.metadata as md, json, sys
+out = {"python": "%d.%d" % sys.version_info[:2]}
+for dist in ("torch", "setuptools", "setuptools-scm", "cmake", "ninja", "packaging"):
+    try:
+        out[dist] = md.version(dist)
+    except md.PackageNotFoundError:
+        out[dist] = None
+try:
+    import torch
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_hip"] = torch.version.hip
+except Exception as exc:
+    out["torch_error"] = repr(exc)
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class PythonInfo:
+    python: str
+    version: str
+    packages: dict[str, str | None]
+    torch_cuda: str | None
+    torch_hip: str | None
+    torch_error: str | None
+
+
+def probe_python(python: str) -> PythonInfo:
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True)
+    except OSError as exc:
+        raise BuildEnvError(f"cannot run the build Python {python}: {exc}") from None
+    if proc.returncode != 0:
+        raise BuildEnvError(f"cannot run the build Python {python}: {proc.stderr.strip()}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return PythonInfo(
+        python=python,
+        version=data.pop("python"),
+        torch_cuda=data.pop("torch_cuda", None),
+        torch_hip=data.pop("torch_hip", None),
+        torch_error=data.pop("torch_error", None),
+        packages=data,
+    )
+
+
+def _release(text: str | None) -> Version | None:
+    try:
+        return Version(Version(text).base_version) if text else None
+    except InvalidVersion:
+        return None
+
+
+def check_build_python(
+    info: PythonInfo, mode: str, device: str, pinned_torch: str | None
+) -> list[str]:
+    """Problems that stop the build; empty when the interpreter can build ``mode``."""
+    problems: list[str] = []
+    pk = info.packages
+    setuptools = _release(pk.get("setuptools"))
+    if setuptools is None or not (Version("77.0.3") <= setuptools < Version("81")):
+        problems.append(f"setuptools>=77.0.3,<81 is needed, found {pk.get('setuptools')}")
+    if not pk.get("setuptools-scm"):
+        problems.append("setuptools-scm is needed (vLLM's setup.py imports it)")
+    if not pk.get("torch") or info.torch_error:
+        problems.append(
+            "torch is needed (vLLM's setup.py imports it)"
+            + (f": {info.torch_error}" if info.torch_error else "")
+        )
+        return problems
+    if mode == "empty":
+        return problems
+    if device == "cuda" and not info.torch_cuda:
+        problems.append(
+            f"a CUDA build of torch is needed for --device cuda, found torch {pk['torch']} "
+            "without CUDA (vLLM reads torch.version.cuda to select the build and its "
+            "requirements)"
+        )
+    if device == "rocm" and not info.torch_hip:
+        problems.append(f"a ROCm build of torch is needed for --device rocm, found {pk['torch']}")
+    if mode == "full":
+        for tool in ("cmake", "ninja"):
+            if not pk.get(tool) and not shutil.which(tool):
+                problems.append(f"{tool} is needed for a full build")
+        if pinned_torch and _release(pk["torch"]) != _release(pinned_torch):
+            problems.append(
+                f"the base pins torch {pinned_torch}; compiled extensions must be built "
+                f"against it, found {pk['torch']}"
+            )
+    return problems
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and Path(home, "bin", "nvcc").is_file():
+        return str(Path(home, "bin", "nvcc"))
+    return shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None
+    )
+
+
+def _hipcc() -> str | None:
+    home = os.environ.get("ROCM_PATH") or os.environ.get("ROCM_HOME") or "/opt/rocm"
+    if Path(home, "bin", "hipcc").is_file():
+        return str(Path(home, "bin", "hipcc"))
+    return shutil.which("hipcc")
+
+
+def nvcc_version(nvcc: str) -> str | None:
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    words = out.replace(",", " ").split()
+    if "release" in words:
+        return words[words.index("release") + 1]
+    return None
+
+
+def compiler_missing(device: str) -> str | None:
+    """Why a full build for ``device`` cannot start here (no nvcc / hipcc), or None."""
+    if device == "cuda" and _nvcc() is None:
+        return (
+            "nvcc not found (set CUDA_HOME or put nvcc on PATH): a full CUDA build needs "
+            "the CUDA toolkit matching the build torch's CUDA"
+        )
+    if device == "rocm" and _hipcc() is None:
+        return (
+            "hipcc not found (set ROCM_PATH or put hipcc on PATH): a full ROCm build needs "
+            "ROCm matching the build torch's HIP"
+        )
+    return None
+
+
+def check_toolchain(device: str, info: PythonInfo) -> list[str]:
+    """Problems of the GPU compiler for a full build (empty when it can start)."""
+    problems: list[str] = []
+    if device == "cuda":
+        nvcc = _nvcc()
+        if nvcc is None:
+            return [
+                "nvcc not found (set CUDA_HOME or put nvcc on PATH); a full CUDA build "
+                "needs the CUDA toolkit matching torch's CUDA "
+                f"{info.torch_cuda or '(torch has no CUDA)'}"
+            ]
+        found = nvcc_version(nvcc)
+        if info.torch_cuda and found and found.split(".")[0] != info.torch_cuda.split(".")[0]:
+            problems.append(f"nvcc {found} ({nvcc}) does not match torch's CUDA {info.torch_cuda}")
+    else:
+        hipcc = _hipcc()
+        if hipcc is None:
+            problems.append(
+                "hipcc not found (set ROCM_PATH or put hipcc on PATH); a full ROCm build "
+                "needs ROCm matching torch's HIP "
+                f"{info.torch_hip or '(torch has no HIP)'}"
+            )
+    return problems

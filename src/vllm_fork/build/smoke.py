@@ -1,0 +1,202 @@
+"""`vllm-fork smoke WHEEL`: install a fork wheel into a fresh venv and check it on CPU.
+
+- pip installs the wheel with its dependencies (the user's pip configuration
+  applies); the install time is printed;
+- ``import vllm`` works and ``vllm.__version__`` and the installed
+  distribution's version are the wheel's version;
+- the change probes run on the installed package directory: every change
+  the series carries in Python files must be present. Changes carried only
+  in compiled sources (csrc/) cannot be seen in a wheel: they are reported
+  from the provenance record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_fork.build.wheelfile import Wheel
+from vllm_fork.changes.state import PART_CHANGE, carries
+from vllm_fork.config import Config
+from vllm_fork.errors import ForkError
+from vllm_fork.provenance import PACKAGE_PATH, loads
+
+# Run in the new venv: import vLLM on CPU and report what it sees.
+_CHECK = """
+import importlib.metadata as md, json, os, sys
+import vllm
+print(json.dumps({
+    "version": vllm.__version__,
+    "dist_version": md.version("vllm"),
+    "package_dir": os.path.dirname(vllm.__file__),
+    "python": sys.version.split()[0],
+    "provenance": open(os.path.join(os.path.dirname(vllm.__file__),
+                                    "_fork_provenance.json")).read(),
+}))
+"""
+
+
+class SmokeFailed(ForkError):
+    """The installed wheel does not work or lacks a change."""
+
+
+@dataclass
+class SmokeResult:
+    install_seconds: float
+    import_seconds: float
+    info: dict[str, Any]
+    lines: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+log = logging.getLogger(__name__)
+
+
+def _py_paths(paths: list[str]) -> list[str]:
+    """The paths of a patch that end up as installed Python files."""
+    return [p for p in paths if p.startswith("vllm/") and p.endswith(".py")]
+
+
+def check_changes(
+    record: dict[str, Any], findings: dict[str, Any], base_findings: dict[str, Any] | None
+) -> tuple[list[str], list[str]]:
+    """Report lines and failures: probes of the installed files against the record.
+
+    A change is carried when a patch of ``Fork-Part: change`` brings it; tests and
+    hardening patches of a change upstream already has do not make it carried.
+    """
+    lines: list[str] = []
+    failures: list[str] = []
+    patches = record["series"]["patches"]
+    for change, finding in findings.items():
+        related = [p for p in patches if p["change"] == change]
+        carrying = [p for p in related if carries([p.get("part", PART_CHANGE)])]
+        py = sorted({path for p in carrying for path in _py_paths(p.get("paths", []))})
+        files = ", ".join(p["file"] for p in related)
+        state = f"{finding.state}: {finding.reason}"
+        base = base_findings.get(change) if base_findings else None
+        if carrying and py:
+            if finding.state == "present":
+                lines.append(f"{change}: present in the installed files (carried: {files})")
+            else:
+                failures.append(f"{change}: carried by {files} but probes {state}")
+                lines.append(f"{change}: MISSING from the installed files ({state})")
+        elif carrying:
+            lines.append(
+                f"{change}: compiled sources only, not visible in a wheel; provenance: "
+                f"carried by {files}"
+            )
+        elif finding.state == "present":
+            extra = f"; fork patches: {files}" if related else ""
+            lines.append(f"{change}: present in the installed files (upstream in the base{extra})")
+        elif base is not None and base.state == "present" and related:
+            lines.append(
+                f"{change}: upstream in the base sources, not visible in a wheel "
+                f"({base.reason}); fork patches: {files}"
+            )
+        else:
+            where = f"; base sources: {base.state} ({base.reason})" if base is not None else ""
+            lines.append(f"{change}: not carried by the series; installed files: {state}{where}")
+    return lines, failures
+
+
+def smoke(
+    config: Config, wheel_path: Path, *, venv: Path | None = None, python: str = sys.executable
+) -> SmokeResult:
+    wheel_path = Path(wheel_path).resolve()
+    with Wheel(wheel_path) as wheel:
+        if not wheel.has(PACKAGE_PATH):
+            raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
+        record = loads(wheel.read(PACKAGE_PATH))
+    expected = record["version"]
+    keep = venv is not None
+    if venv is None:
+        from vllm_fork.build.builder import work_root
+
+        work_root(config).mkdir(parents=True, exist_ok=True)
+        venv = Path(tempfile.mkdtemp(prefix="smoke-", dir=work_root(config))) / "venv"
+    elif venv.exists():
+        raise SmokeFailed(f"{venv} exists; smoke installs into a fresh venv only")
+    vpy = venv / "bin" / "python"
+    try:
+        subprocess.run([python, "-m", "venv", venv], check=True)
+        log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
+        t0 = time.monotonic()
+        proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
+        install_seconds = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise SmokeFailed(f"pip could not install {wheel_path.name} (exit {proc.returncode})")
+        t0 = time.monotonic()
+        proc2 = subprocess.run(
+            [vpy, "-c", _CHECK],
+            capture_output=True,
+            text=True,
+            env=_import_env(),
+        )
+        import_seconds = time.monotonic() - t0
+        if proc2.returncode != 0:
+            tail = "\n".join(proc2.stderr.strip().splitlines()[-20:])
+            raise SmokeFailed(f"`import vllm` failed in the new venv:\n{tail}")
+        info = json.loads(proc2.stdout.strip().splitlines()[-1])
+        result = SmokeResult(install_seconds, import_seconds, info)
+        for key, label in (("version", "vllm.__version__"), ("dist_version", "installed version")):
+            if info[key] == expected:
+                result.lines.append(f"{label} {info[key]}")
+            else:
+                result.failures.append(f"{label} is {info[key]}, the wheel is {expected}")
+        if loads(info.pop("provenance")) == record:
+            result.lines.append(f"installed {PACKAGE_PATH} is the wheel's record")
+        else:
+            result.failures.append(f"installed {PACKAGE_PATH} differs from the wheel's")
+        from vllm_fork.probes import DirTree, probe_all
+
+        site = Path(info["package_dir"]).parent
+        findings = probe_all(DirTree(site))
+        base_findings = _base_findings(config, record["base"]["version"])
+        lines, failures = check_changes(record, findings, base_findings)
+        result.lines += lines
+        result.failures += failures
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(venv.parent, ignore_errors=True)
+
+
+def _import_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
+    """Probes of the pristine base in the cache (for changes a wheel cannot show)."""
+    try:
+        from vllm_fork.probes import GitTree, probe_all
+        from vllm_fork.sources.upstream import imported_sha256, tag_for
+
+        if imported_sha256(config.upstream_repo, version) is None:
+            return None
+        return probe_all(GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}"))
+    except (ForkError, OSError, ImportError):
+        return None
+
+
+def format_result(wheel: Path, result: SmokeResult) -> str:
+    lines = [
+        f"smoke {Path(wheel).name}",
+        f"install (with dependencies): {result.install_seconds:.0f} s",
+        f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})",
+        *result.lines,
+    ]
+    lines += [f"FAILED: {f}" for f in result.failures]
+    lines.append("smoke: " + ("passed" if not result.failures else "FAILED"))
+    return "\n".join(lines)

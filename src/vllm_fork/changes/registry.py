@@ -1,0 +1,283 @@
+"""The fork's changes: the one place that says what each change is.
+
+Every other part of the tool (the probes' dispatch, ``status``, ``matrix``,
+``smoke``, the provenance record, the patch-header check, the README and
+docs/changes.md tables) reads this module. Adding a change means adding an
+entry here, a probe, and patches carrying ``Fork-Change: <id>``.
+
+Releases are upstream vLLM versions; "since" and "until" bounds are inclusive.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+if TYPE_CHECKING:
+    from vllm_fork.probes.finding import Finding
+    from vllm_fork.probes.trees import SourceTree
+
+PR_URL = "https://github.com/vllm-project/vllm/pull/"
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """A hardening item: what the fork adds that upstream's version lacks."""
+
+    id: str
+    description: str  # one line
+
+
+@dataclass(frozen=True)
+class Landing:
+    """A file a change lands in, for the releases where it lives at that path."""
+
+    path: str
+    since: str | None = None  # first release with the file here (None: every one)
+    until: str | None = None  # last release with the file here (None: still there)
+    added: bool = False  # the fork adds the file; upstream has none
+
+    def at(self, version: str) -> bool:
+        v = Version(version)
+        if self.since is not None and v < Version(self.since):
+            return False
+        return self.until is None or v <= Version(self.until)
+
+
+@dataclass(frozen=True)
+class Change:
+    id: str
+    title: str
+    pr: int  # the upstream PR the change implements
+    upstream_since: str | None  # first upstream release that has it (None: none yet)
+    applies_since: str | None  # first release with the code it modifies (None: every one)
+    files: tuple[Landing, ...]
+    hardening: tuple[Hardening, ...]
+    probe: str  # "module:function", called with a SourceTree, returns a Finding
+    tests: tuple[str, ...]  # the fork's test modules that prove it (paths in the vLLM tree)
+    why: str  # one line: why the fork carries it
+    retire_when: str  # one line: when the fork stops carrying it
+
+    @property
+    def pr_url(self) -> str:
+        return f"{PR_URL}{self.pr}"
+
+    @property
+    def hardening_ids(self) -> tuple[str, ...]:
+        return tuple(h.id for h in self.hardening)
+
+    def probe_fn(self) -> Callable[[SourceTree], Finding]:
+        module, _, name = self.probe.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def files_at(self, version: str) -> tuple[str, ...]:
+        """The paths the change lands in at ``version``."""
+        return tuple(f.path for f in self.files if f.at(version))
+
+    def expected_upstream(self, version: str) -> str:
+        """What the probe of a pristine ``version`` is declared to find:
+        "present", "absent" or "n/a"."""
+        v = Version(version)
+        if self.applies_since is not None and v < Version(self.applies_since):
+            return "n/a"
+        if self.upstream_since is not None and v >= Version(self.upstream_since):
+            return "present"
+        return "absent"
+
+
+@dataclass(frozen=True)
+class Support:
+    """A ``Fork-Change`` id for shared infrastructure: no probe, never a state."""
+
+    id: str
+    title: str
+    files: tuple[str, ...]
+
+
+_ROPE_KERNEL = "pos_encoding_kernels.cu"
+
+CHANGES: tuple[Change, ...] = (
+    Change(
+        id="rope-cache-dtype",
+        title="The rotary kernel reads the cos/sin cache in its own dtype",
+        pr=41113,
+        upstream_since="0.21.0",
+        applies_since="0.20.0",
+        files=(
+            Landing(f"csrc/{_ROPE_KERNEL}", until="0.21.0"),
+            Landing(f"csrc/libtorch_stable/{_ROPE_KERNEL}", since="0.22.0", until="0.31.0"),
+            Landing(f"csrc/{_ROPE_KERNEL}", since="0.32.0"),
+            Landing("vllm/_custom_ops.py"),
+        ),
+        hardening=(
+            Hardening(
+                "python-dtype-check",
+                "ops.rotary_embedding rejects a cache of the wrong dtype, device or shape "
+                "before the op runs",
+            ),
+            Hardening(
+                "bounded-dispatch",
+                "the kernel is instantiated only for cache dtype = query dtype or float32",
+            ),
+        ),
+        probe="vllm_fork.probes.rope:probe_rope_cache_dtype",
+        tests=(
+            "tests/kernels/core/test_rotary_embedding_cache_dtype.py",
+            "tests/kernels/core/test_rotary_embedding_cache_check.py",
+        ),
+        why="0.20.0 copies the whole cos/sin cache to float32 on every call "
+        "(+64 MiB, ~57 us at 256 tokens for a 131072 x 128 bf16 cache)",
+        retire_when="the change once the oldest supported base is 0.21.0; the hardening "
+        "once upstream checks the cache before the op and bounds the dispatch",
+    ),
+    Change(
+        id="rope-bf16-buffer",
+        title="A bf16 copy of a non-bf16 rotary cache for AITER under torch.compile",
+        pr=42833,
+        upstream_since="0.23.0",
+        applies_since=None,
+        files=(Landing("vllm/model_executor/layers/rotary_embedding/base.py"),),
+        hardening=(
+            Hardening(
+                "buffer-dtype-check",
+                "the bf16 copy is returned only while its dtype matches "
+                "(not after module.to(torch.float16))",
+            ),
+            Hardening(
+                "no-unusable-buffer",
+                "no copy where it cannot be used (complex caches, non-AITER paths, bf16 caches)",
+            ),
+            Hardening("recompute-consistent", "the copy follows a cache a subclass recomputes"),
+        ),
+        probe="vllm_fork.probes.rope:probe_rope_bf16_buffer",
+        tests=(
+            "tests/rocm/aiter/test_rope_bf16_cache.py",
+            "tests/rocm/aiter/test_rope_bf16_cache_hardening.py",
+        ),
+        why="a float32 cache (GPT-OSS) is cast once per rotary layer in every AITER decode graph",
+        retire_when="the change once the oldest supported base is 0.23.0; the hardening "
+        "once upstream checks the copy's dtype and creates it only where it is used",
+    ),
+    Change(
+        id="moe-bias-precast",
+        title="The DeepSeek MoE score-correction bias is cast once under AITER",
+        pr=39999,
+        upstream_since="0.20.0",
+        applies_since=None,
+        files=(
+            Landing("vllm/model_executor/models/deepseek_v2.py"),
+            Landing("vllm/_aiter_ops.py"),
+            Landing("vllm/model_executor/layers/fused_moe/rocm_aiter_fused_moe.py", until="0.20.2"),
+            Landing("vllm/model_executor/layers/fused_moe/router/fused_topk_bias_router.py"),
+        ),
+        hardening=(),
+        probe="vllm_fork.probes.moe:probe_moe_bias_precast",
+        tests=("tests/rocm/aiter/test_moe_bias_precast.py",),
+        why="0.19.1 casts the correction bias to the router dtype on every AITER router call",
+        retire_when="the change once the oldest supported base is 0.20.0; the pinning tests "
+        "once upstream tests the precast itself",
+    ),
+    Change(
+        id="dsv32-decode",
+        title="DeepSeek-V3.2 decode on ROCm: bf16 router, metadata reuse, tail-only fills",
+        pr=42982,
+        upstream_since="0.23.0",
+        applies_since=None,
+        files=(
+            Landing("vllm/model_executor/models/deepseek_v2.py"),
+            Landing("vllm/model_executor/models/deepseek_mtp.py"),
+            Landing("vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py"),
+            Landing("benchmarks/kernels/benchmark_dsv32_decode_launches.py", added=True),
+        ),
+        hardening=(
+            Hardening(
+                "complete-metadata-key",
+                "metadata reuse is keyed on the exact per-token KV lengths "
+                "(upstream's key collides: issue #47042)",
+            ),
+            Hardening(
+                "no-reuse-without-host-seqlens",
+                "no reuse without the host copy of seq_lens, and no added device sync",
+            ),
+            Hardening(
+                "bias-precision-guard",
+                "the bf16 router is kept only when the loaded bias, rounded, selects "
+                "the same experts",
+            ),
+        ),
+        probe="vllm_fork.probes.moe:probe_dsv32_decode",
+        tests=(
+            "tests/rocm/aiter/test_deepseek_router_dtype.py",
+            "tests/rocm/aiter/test_mla_sparse_metadata_reuse.py",
+            "tests/rocm/aiter/test_mla_sparse_shrink_tail_fills.py",
+            "tests/rocm/aiter/test_moe_bias_precast.py",
+        ),
+        why="each decode step copies router logits to float32 per MoE layer, rebuilds "
+        "unchanged sparse-MLA metadata and clears whole buffers",
+        retire_when="the change once the oldest supported base is 0.23.0; the hardening "
+        "once upstream fixes #47042 and guards the router precision",
+    ),
+    Change(
+        id="ar-rms-pack-gate",
+        title="The 1-stage AITER fused allreduce+RMSNorm kernel is gated by its pack size",
+        pr=42409,
+        upstream_since="0.22.0",
+        applies_since="0.21.0",
+        files=(
+            Landing("vllm/_aiter_ops.py"),
+            Landing("vllm/envs.py"),
+            Landing(
+                "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.25.0"
+            ),
+        ),
+        hardening=(
+            Hardening(
+                "two-stage-switch",
+                "VLLM_ROCM_AITER_AR_RMS_FORCE_2STAGE=1 forces the 2-stage kernel",
+            ),
+        ),
+        probe="vllm_fork.probes.allreduce:probe_ar_rms_pack_gate",
+        tests=("tests/rocm/aiter/test_fused_allreduce_rmsnorm_gate.py",),
+        why="a hidden-size whitelist keeps shapes such as GPT-OSS's 2880 off the 1-stage kernel",
+        retire_when="the change once the oldest supported base is 0.22.0; the switch once "
+        "AITER fixes the wrong first graph replay after idle on gfx942",
+    ),
+)
+
+SUPPORT: tuple[Support, ...] = (
+    Support(
+        id="rocm-sim",
+        title="The ROCm/AITER simulation the fork's tests run on CPU",
+        files=("tests/rocm/sim/", "tests/rocm/__init__.py", "tests/rocm/conftest.py"),
+    ),
+)
+
+
+def changes() -> tuple[Change, ...]:
+    """Every change, in the order commands report them."""
+    return CHANGES
+
+
+def change_ids() -> tuple[str, ...]:
+    return tuple(c.id for c in CHANGES)
+
+
+def get(change_id: str) -> Change:
+    """The change ``change_id``; ValueError names the known ones."""
+    for change in CHANGES:
+        if change.id == change_id:
+            return change
+    raise ValueError(f"unknown change id {change_id!r}; known: {', '.join(change_ids())}")
+
+
+def find(change_id: str) -> Change | None:
+    return next((c for c in CHANGES if c.id == change_id), None)
+
+
+def header_ids() -> tuple[str, ...]:
+    """Every value a patch's ``Fork-Change`` may take."""
+    return (*change_ids(), *(s.id for s in SUPPORT))

@@ -1,0 +1,203 @@
+"""The change tables of README.md and docs/changes.md, generated from the registry.
+
+Each table sits between two marker lines in its document::
+
+    <!-- generated: python -m vllm_fork.changes.tables --write (readme) -->
+    ...
+    <!-- end generated -->
+
+``python -m vllm_fork.changes.tables`` prints the tables, ``--write``
+rewrites them in place, ``--check`` exits 1 when a document's table differs
+from the generated one (the tool's tests run the same check).
+
+The README's per-base cells apply the state rule (vllm_fork.changes.state)
+to what the registry declares for each pristine release and to the patches
+of ``series/<V>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from vllm_fork.changes import registry
+from vllm_fork.changes.state import (
+    CARRIED,
+    PART_HARDENING,
+    PART_TESTS,
+    UPSTREAM,
+    decide,
+)
+from vllm_fork.config import find_root
+from vllm_fork.series.patches import load_series
+from vllm_fork.sources.pins import load_pins
+
+log = logging.getLogger(__name__)
+
+README = "README.md"
+CHANGES_DOC = "docs/changes.md"
+_BEGIN = "<!-- generated: python -m vllm_fork.changes.tables --write ({name}) -->"
+_END = "<!-- end generated -->"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: Sequence[str], rows: list[list[str]]) -> str:
+    lines = [_row(header), "|" + "---|" * len(header)]
+    return "\n".join([*lines, *(_row(r) for r in rows)])
+
+
+def base_cell(change: registry.Change, version: str, parts: list[str]) -> str:
+    """One README cell: the change's state on ``version`` with its series' parts."""
+    state = decide(change.expected_upstream(version), parts)
+    if state in (CARRIED, UPSTREAM) and PART_HARDENING in parts:
+        return f"{state} + hardening"
+    if state == UPSTREAM and PART_TESTS in parts:
+        return f"{state} (pinned by tests)"
+    return state
+
+
+def readme_table(root: Path) -> str:
+    """Per change, its state on every base that has a series (the default marked)."""
+    pins = load_pins(root / "bases.toml")
+    versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
+    parts: dict[str, dict[str, list[str]]] = {}
+    for version in versions:
+        series = load_series(root / "series" / version)
+        by_change: dict[str, list[str]] = {}
+        for header in series.headers:
+            by_change.setdefault(header.change, []).append(header.part)
+        parts[version] = by_change
+    header = [
+        "id",
+        "upstream PR",
+        *(f"{v} (default)" if v == pins.default else v for v in versions),
+    ]
+    rows = [
+        [c.id, f"#{c.pr}", *(base_cell(c, v, parts[v].get(c.id, [])) for v in versions)]
+        for c in registry.changes()
+    ]
+    return _table(header, rows)
+
+
+def _ranges(landings: list[registry.Landing]) -> str:
+    spans = []
+    for landing in landings:
+        if landing.since and landing.until:
+            spans.append(f"{landing.since}-{landing.until}")
+        elif landing.since:
+            spans.append(f"from {landing.since}")
+        elif landing.until:
+            spans.append(f"until {landing.until}")
+    return f" ({', '.join(spans)})" if spans else ""
+
+
+def _files(change: registry.Change) -> str:
+    by_path: dict[str, list[registry.Landing]] = {}
+    for landing in change.files:
+        by_path.setdefault(landing.path, []).append(landing)
+    cells = []
+    for path, landings in by_path.items():
+        added = " (added by the fork)" if any(x.added for x in landings) else ""
+        cells.append(f"`{path}`{_ranges(landings)}{added}")
+    return ", ".join(cells)
+
+
+def changes_table(_root: Path | None = None) -> str:
+    """Per change: its upstream PR, where it lands and the first release with it."""
+    rows = [
+        [f"`{c.id}`", f"[#{c.pr}]({c.pr_url})", _files(c), c.upstream_since or "-"]
+        for c in registry.changes()
+    ]
+    rows += [
+        [f"`{s.id}`", "-", ", ".join(f"`{f}`" for f in s.files) + f" ({s.title})", "-"]
+        for s in registry.SUPPORT
+    ]
+    return _table(["id", "upstream PR", "files in the vLLM tree", "first upstream release"], rows)
+
+
+def hardening_table(_root: Path | None = None) -> str:
+    rows = [
+        [f"`{c.id}`", f"`{h.id}`", h.description] for c in registry.changes() for h in c.hardening
+    ]
+    return _table(["change", "hardening item", "what it adds"], rows)
+
+
+def lifecycle_table(_root: Path | None = None) -> str:
+    rows = [
+        [f"`{c.id}`", c.why, c.retire_when, ", ".join(f"`{t}`" for t in c.tests)]
+        for c in registry.changes()
+    ]
+    return _table(["change", "why the fork carries it", "retire", "fork tests"], rows)
+
+
+TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
+    "readme": (README, readme_table),
+    "changes": (CHANGES_DOC, changes_table),
+    "hardening": (CHANGES_DOC, hardening_table),
+    "lifecycle": (CHANGES_DOC, lifecycle_table),
+}
+
+
+def render(text: str, root: Path, document: str) -> str:
+    """``text`` (the document) with every generated table of it replaced."""
+    for name, (doc, make) in TABLES.items():
+        if doc != document:
+            continue
+        begin = _BEGIN.format(name=name)
+        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(_END), re.DOTALL)
+        if not pattern.search(text):
+            raise ValueError(f"{document} has no generated block {name!r} (line {begin!r})")
+        block = f"{begin}\n{make(root)}\n{_END}"
+        text = pattern.sub(lambda _m, b=block: b, text, count=1)
+    return text
+
+
+def stale(root: Path) -> list[str]:
+    """The documents whose generated tables differ from the registry's."""
+    out = []
+    for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
+        text = (root / document).read_text(encoding="utf-8")
+        if render(text, root, document) != text:
+            out.append(document)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_fork.changes.tables",
+        description="Print, check or rewrite the change tables of README.md and docs/changes.md.",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 if a document is stale")
+    mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
+    parser.add_argument("--root", type=Path, help="repository root (default: found from here)")
+    args = parser.parse_args(argv)
+    root = args.root if args.root is not None else find_root()
+    if args.check:
+        bad = stale(root)
+        for document in bad:
+            print(f"{document}: change tables differ from the registry", file=sys.stderr)
+        return 1 if bad else 0
+    if args.write:
+        for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
+            path = root / document
+            text = path.read_text(encoding="utf-8")
+            new = render(text, root, document)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                log.info(f"rewrote the change tables of {document}")
+        return 0
+    for name, (document, make) in TABLES.items():
+        print(f"{document} ({name}):\n{make(root)}\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

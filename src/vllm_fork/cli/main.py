@@ -1,0 +1,359 @@
+"""Command line: ``vllm-fork SUBCOMMAND ...``.
+
+Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
+run); a later subcommand is one more entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fork import __version__, log
+from vllm_fork.cli import build as cli_build
+from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
+from vllm_fork.config import ENV_CACHE, Config, load_config
+from vllm_fork.errors import CacheError, ForkError
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Config], int]
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(offline=args.offline)
+
+
+# --- pin ---------------------------------------------------------------------------
+
+
+def _pin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("versions", nargs="+", metavar="VERSION", help="vLLM release(s) to pin")
+    p.add_argument("--supported", action="store_true", help="mark as a supported base")
+    p.add_argument("--default", action="store_true", help="make it the default base")
+
+
+def _pin_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.sources.fetch import Fetcher
+    from vllm_fork.sources.pinner import pin_versions
+
+    pins = pin_versions(
+        config, Fetcher(config), args.versions, supported=args.supported, default=args.default
+    )
+    for version in args.versions:
+        base = pins.get(version)
+        wheel = base.wheel.filename if base.wheel else "(no x86_64 wheel)"
+        print(f"{base.version}: {base.sdist.filename} {wheel}")
+    return 0
+
+
+# --- fetch -------------------------------------------------------------------------
+
+
+def _fetch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument("--wheel", action="store_true", help="also fetch upstream's x86_64 wheel")
+
+
+def _fetch_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.sources.fetch import Fetcher
+    from vllm_fork.sources.pins import load_pins
+    from vllm_fork.sources.upstream import ensure_upstream
+
+    base = load_pins(config.bases_file).get(args.base)
+    fetcher = Fetcher(config)
+    print(fetcher.ensure(base.sdist))
+    ensure_upstream(config, base, fetcher)
+    if args.wheel:
+        if base.wheel is None:
+            raise ForkError(f"bases.toml pins no wheel for {base.version}")
+        print(fetcher.ensure(base.wheel))
+    return 0
+
+
+# --- materialize -------------------------------------------------------------------
+
+
+def _materialize_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="on a failing patch keep DIR at the last patch that applied",
+    )
+    _allow_unsupported_arg(p)
+    p.add_argument("dir", type=Path, metavar="DIR", help="new (or empty) directory")
+
+
+def _allow_unsupported_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-unsupported",
+        action="store_true",
+        help="use a base that bases.toml does not mark supported (its tree is not hardened)",
+    )
+
+
+def _materialize_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.sources.pins import load_pins, require_supported
+    from vllm_fork.tree.materialize import materialize
+
+    require_supported(
+        config, load_pins(config.bases_file).get(args.base), allow=args.allow_unsupported
+    )
+    result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
+    print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
+    return 0
+
+
+# --- export ------------------------------------------------------------------------
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="export even from a detached or non-tip HEAD, or when patches would be dropped",
+    )
+
+
+def _export_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.tree.export import export
+
+    result = export(config, args.dir, force=args.force)
+    state = "changed" if result.changed else "unchanged"
+    print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
+    for name in result.written:
+        print(f"  wrote {name}")
+    for name in result.removed:
+        print(f"  removed {name}")
+    return 0
+
+
+# --- status ------------------------------------------------------------------------
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--tree",
+        type=Path,
+        metavar="DIR",
+        help="probe a materialized work tree on disk (uncommitted edits included)",
+    )
+
+
+def _status_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.changes.status import compute_status, format_status
+
+    report = compute_status(config, args.base, args.tree)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(format_status(report))
+    return 0
+
+
+# --- test --------------------------------------------------------------------------
+
+
+def _test_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, metavar="DIR", help="a work tree made by materialize")
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter with torch and the tree's requirements (default: this one)",
+    )
+    p.add_argument(
+        "--prove-fail",
+        action="store_true",
+        help="also run each change/hardening patch's tests without that patch: they must fail",
+    )
+    p.add_argument(
+        "--pytest-args",
+        default="",
+        metavar="ARGS",
+        help="extra pytest arguments, one string split as a shell would (e.g. '-x -k gate')",
+    )
+
+
+def _test_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.testing.forktests import (
+        format_proofs,
+        prove_failing,
+        run_fork_tests,
+        sim_plugin_args,
+    )
+
+    tree = args.dir.absolute()
+    python = args.python
+    if os.sep in python:
+        # pytest runs from the tree's root: a relative interpreter path must not move
+        python = str(Path(python).absolute())
+    extra = [*sim_plugin_args(tree), *shlex.split(args.pytest_args)]
+    outcome = run_fork_tests(tree, python, extra)
+    print(f"fork tests on {tree}: {outcome.summary()}")
+    status = 0 if outcome.green else 1
+    if args.prove_fail:
+        proofs = prove_failing(tree, python, extra)
+        print(format_proofs(proofs))
+        if not all(proof.ok for proof in proofs):
+            print("vllm-fork: error: some patch's tests pass without it", file=sys.stderr)
+            status = 1
+    # pytest-style closing line for whoever reads only the end of the log
+    print(
+        f"{outcome.passed} passed, {outcome.failed + outcome.errors} failed, "
+        f"{outcome.skipped} skipped"
+    )
+    return status
+
+
+COMMANDS: dict[str, Command] = {
+    "pin": Command(
+        "record a release's sdist and wheel hashes in bases.toml (reads the index)",
+        _pin_args,
+        _pin_run,
+    ),
+    "fetch": Command(
+        "download and verify a base (and import it into the cache)", _fetch_args, _fetch_run
+    ),
+    "materialize": Command(
+        "make a git work tree: upstream commit + one commit per patch",
+        _materialize_args,
+        _materialize_run,
+    ),
+    "export": Command(
+        "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
+    ),
+    "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+    "test": Command(
+        "run the series' tests in a work tree (and prove they fail without their patch)",
+        _test_args,
+        _test_run,
+    ),
+    "rebase": Command(
+        "replay a work tree's series onto a newer upstream release (3-way)", rebase_args, rebase_run
+    ),
+    "matrix": Command(
+        "per release: each change's state and whether the series applies", matrix_args, matrix_run
+    ),
+    "build": Command(
+        "build the hardened wheel with vLLM's own build (precompiled, full or empty)",
+        cli_build.build_args,
+        cli_build.build_run,
+    ),
+    "verify": Command(
+        "check a wheel's RECORD hashes and provenance against the series and pins",
+        cli_build.verify_args,
+        cli_build.verify_run,
+    ),
+    "smoke": Command(
+        "install a wheel into a fresh venv and check it on CPU",
+        cli_build.smoke_args,
+        cli_build.smoke_run,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-fork",
+        description="Keep the hardened vLLM fork as a patch series over pinned upstream releases.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--offline", action="store_true", help="never use the network (also VLLM_FORK_OFFLINE=1)"
+    )
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument(
+        "-v", "--verbose", action="store_true", help="debug messages; a traceback on failure"
+    )
+    noise.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.help)
+        p.add_argument(
+            "--offline",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="never use the network (also VLLM_FORK_OFFLINE=1)",
+        )
+        command.add_arguments(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind so that temporary files are removed."""
+
+
+def _on_term(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _fs_message(exc: OSError) -> str:
+    where = f" {exc.filename}" if exc.filename else ""
+    return (
+        f"file-system error at{where}: {exc.strerror or exc} (check that the path is a "
+        f"writable directory; the cache can be moved with {ENV_CACHE})"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    log.setup(1 if args.verbose else -1 if args.quiet else 0)
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return args._command.run(args, _config(args))
+    except ForkError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"vllm-fork: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Terminated:
+        print("vllm-fork: terminated (SIGTERM); nothing partial was left", file=sys.stderr)
+        return 143
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            return 0
+        if args.verbose:
+            traceback.print_exc()
+        print(f"vllm-fork: error: {_fs_message(exc)}", file=sys.stderr)
+        return CacheError.exit_code
+    except KeyboardInterrupt:
+        print("vllm-fork: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(
+            f"vllm-fork: internal error: {type(exc).__name__}: {exc} "
+            "(a bug: rerun with -v for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 70
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Patch series: ``series/<V>/series`` (ordered file names) and patch headers.
+
+A patch is ``git format-patch`` output. Its mail headers are read with the
+stdlib ``email`` parser; the DEP-3 style fields are git trailers of the
+commit message, read with ``git interpret-trailers --parse``.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fork.changes.state import PARTS
+from vllm_fork.errors import SeriesError
+from vllm_fork.git import git_env, run_git
+
+SERIES_FILE = "series"
+REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
+KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream")
+
+
+def known_changes() -> tuple[str, ...]:
+    from vllm_fork.changes import registry
+
+    return registry.header_ids()
+
+
+@dataclass(frozen=True)
+class PatchHeader:
+    file: str
+    author: str
+    date: str
+    subject: str
+    body: str
+    trailers: tuple[tuple[str, str], ...]
+
+    def get(self, key: str) -> str | None:
+        for name, value in self.trailers:
+            if name.lower() == key.lower():
+                return value
+        return None
+
+    @property
+    def change(self) -> str:
+        return self.get("Fork-Change") or ""
+
+    @property
+    def part(self) -> str:
+        return self.get("Fork-Part") or ""
+
+    @property
+    def origin(self) -> str:
+        return self.get("Origin") or ""
+
+    @property
+    def forwarded(self) -> str:
+        return self.get("Forwarded") or ""
+
+    @property
+    def bug(self) -> str | None:
+        return self.get("Bug")
+
+    @property
+    def applied_upstream(self) -> str | None:
+        return self.get("Applied-Upstream")
+
+
+def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
+    """The trailers of a commit message, as git itself parses them."""
+    proc = run_git(
+        ["interpret-trailers", "--parse"], input=message.encode(), env=git_env(isolated=True)
+    )
+    trailers: list[tuple[str, str]] = []
+    for line in proc.stdout.decode().splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            trailers.append((key.strip(), value.strip()))
+    return tuple(trailers)
+
+
+def split_message(payload: str) -> str:
+    """The commit message part of a format-patch body (everything before ``---``)."""
+    lines = payload.splitlines()
+    for i, line in enumerate(lines):
+        if line == "---" or line.startswith("diff --git "):
+            return "\n".join(lines[:i]).strip("\n") + "\n"
+    return payload
+
+
+def parse_patch(path: Path) -> PatchHeader:
+    """Read a patch file's header (author, date, subject, body, trailers)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SeriesError(f"cannot read patch {path}: {exc}") from exc
+    if raw.startswith(b"From "):
+        raw = raw.split(b"\n", 1)[1] if b"\n" in raw else b""
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    subject = str(msg.get("Subject", "")).strip()
+    author = str(msg.get("From", "")).strip()
+    date = str(msg.get("Date", "")).strip()
+    if not subject or not author or not date:
+        raise SeriesError(f"{path.name}: not a git format-patch file (From/Date/Subject missing)")
+    payload = msg.get_payload(decode=True)
+    text = payload.decode("utf-8", errors="replace") if isinstance(payload, bytes) else ""
+    body = split_message(text)
+    message = f"{subject}\n\n{body}"
+    return PatchHeader(
+        file=path.name,
+        author=author,
+        date=date,
+        subject=subject,
+        body=body,
+        trailers=parse_trailers(message),
+    )
+
+
+def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`SeriesError` naming the file when a field is missing or unknown."""
+    missing = [key for key in REQUIRED if not header.get(key)]
+    if missing:
+        raise SeriesError(f"{header.file}: missing header field(s): {', '.join(missing)}")
+    changes = changes if changes is not None else known_changes()
+    if header.change not in changes:
+        raise SeriesError(
+            f"{header.file}: unknown Fork-Change {header.change!r} (known: {', '.join(changes)})"
+        )
+    if header.part not in PARTS:
+        raise SeriesError(
+            f"{header.file}: unknown Fork-Part {header.part!r} (known: {', '.join(PARTS)})"
+        )
+    origin = header.origin
+    if not (origin == "vendor" or origin.startswith("backport, ")):
+        raise SeriesError(
+            f"{header.file}: Origin must be 'vendor' or 'backport, <PR url>', got {origin!r}"
+        )
+
+
+def read_series_file(series_dir: Path) -> list[str]:
+    """Patch file names in order; an absent series directory is an empty series."""
+    series_file = series_dir / SERIES_FILE
+    if not series_dir.exists():
+        return []
+    if not series_file.is_file():
+        if any(series_dir.glob("*.patch")):
+            raise SeriesError(f"{series_dir} has patches but no {SERIES_FILE} file")
+        return []
+    names: list[str] = []
+    for lineno, line in enumerate(series_file.read_text().splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        if "/" in entry or entry in (".", ".."):
+            raise SeriesError(f"{series_file}:{lineno}: {entry!r} is not a plain file name")
+        if entry in names:
+            raise SeriesError(f"{series_file}:{lineno}: {entry} is listed twice")
+        names.append(entry)
+    return names
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    patches: tuple[Path, ...]
+    headers: tuple[PatchHeader, ...]
+
+    def carrying(self, change: str) -> list[str]:
+        return [h.file for h in self.headers if h.change == change]
+
+
+def load_series(series_dir: Path, *, validate: bool = True) -> Series:
+    """Read and validate a base's series (patch files must exist and have headers)."""
+    names = read_series_file(series_dir)
+    patches: list[Path] = []
+    headers: list[PatchHeader] = []
+    for name in names:
+        path = series_dir / name
+        if not path.is_file():
+            raise SeriesError(f"{series_dir / SERIES_FILE} lists {name}, which does not exist")
+        header = parse_patch(path)
+        if validate:
+            validate_header(header)
+        patches.append(path)
+        headers.append(header)
+    listed = set(names)
+    strays = sorted(p.name for p in series_dir.glob("*.patch") if p.name not in listed)
+    if strays:
+        raise SeriesError(
+            f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
+        )
+    return Series(series_dir, tuple(patches), tuple(headers))

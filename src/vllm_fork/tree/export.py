@@ -1,0 +1,192 @@
+"""`vllm-fork export`: regenerate ``series/<V>/`` from a work tree's commits.
+
+The commits after ``upstream/<V>`` are written with ``git format-patch``
+(the options of docs/series-format.md, git's defaults, the user's git
+configuration ignored) so that a materialized and
+unchanged tree exports byte-identical files. Files whose content did not
+change are left untouched; patch files that are no longer produced are
+removed; the series file is rewritten only when the list changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
+from vllm_fork.config import Config
+from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
+from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file, validate_header
+from vllm_fork.sources.upstream import tag_for
+from vllm_fork.tree.commits import series_commits, tree_base
+from vllm_fork.tree.materialize import BRANCH
+
+log = logging.getLogger(__name__)
+
+FORMAT_PATCH = (
+    "format-patch",
+    "--keep-subject",
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-numbered",
+    "--diff-algorithm=myers",
+    "--quiet",
+)
+SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
+
+
+@dataclass
+class ExportResult:
+    version: str
+    patches: list[str]
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    series_changed: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed or self.series_changed)
+
+
+def _check_clean(tree: Path) -> None:
+    status = git_out(["status", "--porcelain", "--untracked-files=normal"], cwd=tree)
+    if status:
+        lines = status.splitlines()
+        shown = "\n  ".join(lines[:10]) + ("\n  ..." if len(lines) > 10 else "")
+        raise WorkTreeError(
+            f"{tree} has uncommitted changes; commit them (or stash) before exporting:\n  {shown}"
+        )
+    git_dir = tree / git_out(["rev-parse", "--git-dir"], cwd=tree)
+    if any((git_dir / name).exists() for name in ("rebase-apply", "rebase-merge", "MERGE_HEAD")):
+        raise WorkTreeError(f"{tree} is in the middle of a rebase, am or merge; finish it first")
+
+
+def _head_problem(tree: Path) -> str | None:
+    """Why HEAD is not the tip of the series branch (None when it is)."""
+    head = git_out(["rev-parse", "HEAD"], cwd=tree)
+    branch = run_git(["symbolic-ref", "-q", "--short", "HEAD"], cwd=tree, check=False)
+    if branch.returncode != 0:
+        ahead = run_git(["rev-list", "--count", f"HEAD..{BRANCH}"], cwd=tree, check=False)
+        behind = ahead.stdout.decode().strip()
+        where = f", {behind} commit(s) behind branch {BRANCH}" if behind not in ("", "0") else ""
+        return f"HEAD is detached at {head[:12]}{where}"
+    name = branch.stdout.decode().strip()
+    if name != BRANCH:
+        ahead = run_git(["rev-list", "--count", f"HEAD..{BRANCH}"], cwd=tree, check=False)
+        count = ahead.stdout.decode().strip()
+        if ahead.returncode == 0 and count != "0":
+            return f"HEAD (branch {name}) is {count} commit(s) behind branch {BRANCH}"
+    return None
+
+
+def _number(name: str) -> str:
+    return name.split("-", 1)[0]
+
+
+def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
+    """Write the tree's commits as series/<V>/.
+
+    Refused (unless ``force``) when HEAD is detached or behind the ``fork``
+    branch, or when the export would drop patches from the series: the
+    patches that would be added and removed are logged first.
+    """
+    tree = tree.absolute()
+    version = tree_base(tree)
+    tag = tag_for(version)
+    _check_clean(tree)
+    # Every path a patch will touch, even one a later patch puts back.
+    touched = sorted({path for commit in series_commits(tree, tag) for path in commit.paths()})
+    forbidden = [p for p in touched if p.startswith(OVERWRITTEN_PREFIXES)]
+    if forbidden:
+        raise SeriesError(
+            "the fork must not change paths that the precompiled build overwrites: "
+            + ", ".join(forbidden[:10])
+        )
+
+    series_dir = config.series_dir(version)
+    with tempfile.TemporaryDirectory(prefix="vllm-fork-export-") as tmp:
+        out = Path(tmp)
+        run_git([*FORMAT_PATCH, "-o", out, f"{tag}..HEAD"], cwd=tree, env=git_env(isolated=True))
+        produced = sorted(out.glob("*.patch"))
+        for path in produced:
+            try:
+                validate_header(parse_patch(path))
+            except SeriesError as exc:
+                raise SeriesError(f"commit to export has a bad header: {exc}") from None
+        result = ExportResult(version, [p.name for p in produced])
+        _check_loss(tree, series_dir, result.patches, force)
+        if not produced and not series_dir.exists():
+            return result
+        series_dir.mkdir(parents=True, exist_ok=True)
+        for path in produced:
+            target = series_dir / path.name
+            data = path.read_bytes()
+            if not target.is_file() or target.read_bytes() != data:
+                shutil.copyfile(path, target)
+                result.written.append(path.name)
+    keep = set(result.patches)
+    for stale in sorted(series_dir.glob("*.patch")):
+        if stale.name not in keep:
+            stale.unlink()
+            result.removed.append(stale.name)
+    series_file = series_dir / SERIES_FILE
+    current = read_series_file(series_dir) if series_file.is_file() else None
+    if current != result.patches:
+        series_file.write_text(
+            SERIES_HEADER + "".join(f"{n}\n" for n in result.patches) + kept_comments(series_file)
+        )
+        result.series_changed = True
+    return result
+
+
+def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) -> None:
+    current = read_series_file(series_dir) if (series_dir / SERIES_FILE).is_file() else []
+    added = [name for name in produced if name not in current]
+    removed = [name for name in current if name not in produced]
+    numbers = {_number(name) for name in produced}
+    dropped = [name for name in removed if _number(name) not in numbers]
+    head = _head_problem(tree)
+    if not (dropped or head):
+        return
+    for name in added:
+        log.info("export would add %s", name)
+    for name in removed:
+        log.info("export would remove %s", name)
+    why = "; ".join(
+        part
+        for part in (
+            head,
+            f"it would drop {len(dropped)} patch(es) from series/{series_dir.name}: "
+            + ", ".join(dropped)
+            if dropped
+            else None,
+        )
+        if part
+    )
+    if force:
+        log.warning("exporting anyway (--force): %s", why)
+        return
+    raise ExportRefusedError(
+        f"refusing to export {tree}: {why}; check out branch {BRANCH} at its tip, "
+        "or pass --force to export HEAD as it is"
+    )
+
+
+def kept_comments(series_file: Path) -> str:
+    """The comment lines of an existing series file that export did not write
+    (e.g. the `# Applied-Upstream:` history a rebase records), kept in order
+    after the patch list."""
+    if not series_file.is_file():
+        return ""
+    own = set(SERIES_HEADER.splitlines())
+    lines = [
+        line
+        for line in series_file.read_text().splitlines()
+        if line.lstrip().startswith("#") and line not in own
+    ]
+    return "".join(f"{line}\n" for line in lines)

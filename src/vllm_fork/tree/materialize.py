@@ -1,0 +1,238 @@
+"""`vllm-fork materialize`: a git work tree of a base plus its series.
+
+The tree is a local clone of the cached upstream repository (objects are
+hardlinked), on branch ``fork`` at ``upstream/<V>``, with one commit per
+patch applied by ``git am``. The base version is recorded in the clone's
+config (``vllm-fork.base``) for ``export``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fork import faults
+from vllm_fork.config import Config
+from vllm_fork.diffs import file_hunks
+from vllm_fork.errors import ForkError, GitError, PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
+from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
+from vllm_fork.series.patches import load_series
+from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.upstream import ensure_upstream, tag_for
+
+log = logging.getLogger(__name__)
+
+BRANCH = "fork"
+# the tool's own work area in the cache (build trees, smoke venvs)
+WORK_DIR = "work"
+BASE_KEY = "vllm-fork.base"
+
+
+@dataclass(frozen=True)
+class MaterializeResult:
+    path: Path
+    version: str
+    applied: int
+
+
+def _listing(dest: Path, limit: int = 5) -> str:
+    names = sorted(child.name for child in dest.iterdir())
+    shown = ", ".join(names[:limit]) + (
+        f", ... ({len(names)} entries)" if len(names) > limit else ""
+    )
+    return shown
+
+
+def _check_target(config: Config, dest: Path, *, internal: bool = False) -> None:
+    """Refuse a target that is not a new or empty directory the tool may fill.
+
+    ``internal``: a tree the tool makes for itself in its work area
+    (``<cache>/work``, e.g. a build tree), the one place in the cache allowed.
+    """
+    cache = config.cache_dir.resolve()
+    resolved = dest.resolve()
+    work = (cache / WORK_DIR).resolve()
+    allowed = internal and work in resolved.parents
+    if not allowed and (resolved == cache or cache in resolved.parents):
+        raise WorkTreeError(
+            f"{dest} is inside the vllm-fork cache ({cache}); choose a directory outside it"
+        )
+    for parent in dest.parents:
+        if parent.exists() and not parent.is_dir():
+            raise WorkTreeError(f"cannot create {dest}: {parent} is not a directory")
+        if parent.is_dir():
+            break
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise WorkTreeError(f"{dest} exists and is not a directory; refusing to use it")
+    if dest.is_dir() and any(dest.iterdir()):
+        made = run_git(["config", "--get", BASE_KEY], cwd=dest, check=False)
+        what = (
+            f"a work tree of vLLM {made.stdout.decode().strip()}"
+            if (dest / ".git").exists() and made.returncode == 0
+            else _listing(dest)
+        )
+        raise WorkTreeError(
+            f"{dest} is not empty; refusing to materialize into it (it holds {what}; "
+            "choose a new directory)"
+        )
+
+
+def am_env() -> dict[str, str]:
+    """Fixed committer identity so that the same series gives the same commit ids."""
+    return git_env(
+        {"GIT_COMMITTER_NAME": FORK_NAME, "GIT_COMMITTER_EMAIL": FORK_EMAIL},
+        isolated=True,
+    )
+
+
+def explain_failure(tree: Path, patch: Path) -> list[str]:
+    """Which files and hunks of ``patch`` do not apply to the tree's current state."""
+    proc = run_git(["apply", "--check", "-v", patch], cwd=tree, check=False)
+    text = proc.stderr.decode(errors="replace")
+    try:
+        hunks = file_hunks(patch.read_text(errors="replace"), patch.name)
+    except SeriesError:  # a malformed patch: git's own lines below still say where
+        hunks = {}
+    problems: list[str] = []
+    for line in text.splitlines():
+        m = re.match(r"error: patch failed: (.+):(\d+)$", line)
+        if m:
+            path, start = m.group(1), int(m.group(2))
+            headers = [h.header for h in hunks.get(path, []) if h.old_start == start]
+            where = headers[0] if headers else f"line {start}"
+            problems.append(f"{path}: hunk {where} does not apply")
+            continue
+        m = re.match(r"error: (.+): (does not exist in index|No such file or directory)$", line)
+        if m:
+            problems.append(f"{m.group(1)}: file to patch does not exist in the base")
+            continue
+        m = re.match(r"error: (.+): already exists in (index|working directory)$", line)
+        if m:
+            problems.append(f"{m.group(1)}: file to create already exists")
+    if not problems:
+        detail = text.strip().splitlines()
+        problems.append(detail[-1] if detail else "git am failed (no detail from git apply)")
+    return problems
+
+
+def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
+    """Apply ``patches`` one ``git am`` each; on failure abort and raise PatchFailedError."""
+    env = am_env()
+    for count, patch in enumerate(patches):
+        proc = run_git(
+            ["am", "--keep", "--3way", "--committer-date-is-author-date", "--quiet", patch],
+            cwd=tree,
+            env=env,
+            check=False,
+        )
+        if proc.returncode != 0:
+            run_git(["am", "--abort"], cwd=tree, env=env, check=False)
+            problems = explain_failure(tree, patch)
+            raise PatchFailedError(
+                f"patch {patch.name} (#{count + 1} of {len(patches)}) does not apply:\n  "
+                + "\n  ".join(problems),
+            )
+        faults.point("materialize.am")
+    return len(patches)
+
+
+def materialize(
+    config: Config,
+    version: str | None,
+    dest: Path,
+    *,
+    keep_failed: bool = False,
+    internal: bool = False,
+) -> MaterializeResult:
+    """Create ``dest`` as the work tree of base ``version`` plus its series.
+
+    The tree is built in a marked sibling directory and renamed into place
+    when complete: a run killed at any point leaves no ``dest`` (its marked
+    leftovers are removed by the next run), never a partial one. Runs on the
+    same ``dest`` are serialized by a lock; the later one then refuses the
+    finished tree. ``internal``: ``dest`` is in the tool's own work area
+    (``<cache>/work``), for build and audit trees.
+    """
+    base = load_pins(config.bases_file).get(version)
+    dest = dest.absolute()
+    _check_target(config, dest, internal=internal)
+    series = load_series(config.series_dir(base.version))
+    tag = ensure_upstream(config, base, Fetcher(config))
+    with dir_lock(config.cache_dir, dest):
+        _check_target(config, dest, internal=internal)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            clear_owned(dest.parent, f"{dest.name}.")
+            work = owned_tempdir(dest.parent, dest.name)
+        except OSError as exc:
+            raise WorkTreeError(f"cannot create {dest}: {exc.strerror or exc}") from exc
+        try:
+            return _build(
+                config, base.version, tag, series.patches, work / "tree", dest, keep_failed
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _place(tree: Path, dest: Path) -> None:
+    faults.point("materialize.rename")
+    try:
+        os.rename(tree, dest)
+    except OSError as exc:
+        raise WorkTreeError(
+            f"cannot move the finished tree into {dest}: {exc.strerror or exc}"
+        ) from exc
+
+
+def _build(
+    config: Config,
+    version: str,
+    tag: str,
+    patches: tuple[Path, ...],
+    tree: Path,
+    dest: Path,
+    keep_failed: bool,
+) -> MaterializeResult:
+    try:
+        repo = config.upstream_repo
+        run_git(["clone", "-q", "--local", "--no-checkout", repo, tree], env=git_env(isolated=True))
+        faults.point("materialize.clone")
+        others = [
+            ref
+            for ref in git_out(
+                ["for-each-ref", "--format=%(refname)", "refs/tags"], cwd=tree
+            ).splitlines()
+            if ref != f"refs/tags/{tag}"
+        ]
+        if others:
+            run_git(
+                ["update-ref", "--stdin"],
+                cwd=tree,
+                input="".join(f"delete {ref}\n" for ref in others).encode(),
+            )
+        run_git(["remote", "remove", "origin"], cwd=tree)
+        run_git(["config", BASE_KEY, version], cwd=tree)
+        run_git(["checkout", "-q", "-b", BRANCH, tag_for(version)], cwd=tree)
+        faults.point("materialize.checkout")
+        try:
+            applied = apply_series(tree, patches)
+        except PatchFailedError as exc:
+            if keep_failed:
+                head = git_out(["log", "-1", "--format=%s", "HEAD"], cwd=tree)
+                _place(tree, dest)
+                raise PatchFailedError(
+                    f"{exc}\n{dest} was kept for inspection at the last commit that applied: {head}"
+                ) from None
+            raise PatchFailedError(
+                f"{exc}\n{dest} was not created (use --keep-failed to keep the partial tree)"
+            ) from None
+        _place(tree, dest)
+        return MaterializeResult(dest, version, applied)
+    except GitError as exc:
+        raise ForkError(f"materialize of {version} into {dest} failed: {exc}") from exc
