@@ -1,0 +1,439 @@
+"""Time the fork's RoPE kernel against upstream's and FlashInfer's (issue 18).
+
+In one process on one GPU:
+
+1. bit-identity of the fork's build against upstream's build of
+   csrc/pos_encoding_kernels.cu over a matrix of cases (NeoX/GPT-J, partial
+   rotary, rope_dim_offset, inverse, odd head sizes, strided fused-qkv views,
+   key=None, [B, S] positions, every query/cache dtype pair);
+2. an empty batch through each op, each in its own subprocess (a crash there
+   must not end the benchmark);
+3. the device-to-device copy bandwidth, and per case the time of upstream's
+   kernel, the fork's, FlashInfer's (float32 cache, as it requires) and an
+   in-place scale of the same q and k, each as the median of 7 replays of a
+   CUDA graph of 20 calls, against the floor = bytes that must move / that
+   bandwidth.
+
+Writes results.md and results.json to --out. ``--dry-run`` checks the
+script on the CPU with PyTorch stand-ins for the ops (no builds, no times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "rope_cache_dtype"))
+import rope_ext  # noqa: E402  (the variant builder of the cache-dtype bench)
+
+UPSTREAM, FORK = "upstream-0.21.0", "fork-0.21.0"
+# Further staged builds to time beside the fork's (kernel design trials).
+EXTRA = [v for v in os.environ.get("ROPE_EXTRA_VARIANTS", "").split(",") if v]
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+NUM_Q_HEADS, NUM_KV_HEADS, MAX_POSITION = 32, 8, 131072
+TOKENS = (1, 256, 4096, 16384, 65536)
+HEADS = (64, 128, 256)
+CALLS, REPEATS = 20, 7
+# name: (query dtype, cache dtype, is_neox, rot_dim / head_size) at 16384 x 128.
+VARIANTS = {
+    "fp16": (F16, F16, True, 1.0),
+    "gptj": (BF16, BF16, False, 1.0),
+    "partial-rotary (rot 64)": (BF16, BF16, True, 0.5),
+    "fp32-cache": (BF16, F32, True, 1.0),
+}
+
+Op = Callable[..., None]
+
+
+def short(dtype: torch.dtype) -> str:
+    return {F16: "fp16", BF16: "bf16", F32: "fp32"}[dtype]
+
+
+def reference_op(positions, query, key, head_size, cache, is_neox, offset=0, inverse=False):
+    """CPU stand-in for the op in --dry-run (float32 math, like the kernel)."""
+    if positions.numel() == 0:
+        return
+    rot_dim = cache.size(1)
+    half = rot_dim // 2
+    cos_sin = cache.float()[positions.flatten()]
+    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+    if inverse:
+        sin = -sin
+    for x in (query, key):
+        if x is None:
+            continue
+        flat = x.view(positions.numel(), -1, head_size)
+        rot = flat[..., offset : offset + rot_dim].float()
+        if is_neox:
+            a, b = rot[..., :half].clone(), rot[..., half:].clone()
+            rot[..., :half], rot[..., half:] = a * cos - b * sin, b * cos + a * sin
+        else:
+            a, b = rot[..., 0::2].clone(), rot[..., 1::2].clone()
+            rot[..., 0::2], rot[..., 1::2] = a * cos - b * sin, b * cos + a * sin
+        flat[..., offset : offset + rot_dim] = rot.to(x.dtype)
+
+
+def rope_cache(rot_dim: int, dtype: torch.dtype, device: str, rows: int = MAX_POSITION):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot_dim, 2, device=device) / rot_dim))
+    freqs = torch.arange(rows, device=device, dtype=torch.float32)[:, None] * inv_freq
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
+
+
+# ---------------------------------------------------------------- identity
+def identity_cases() -> list[dict]:
+    cases = []
+    pairs = [(q, c) for q in (F16, BF16, F32) for c in (F16, BF16, F32)]
+    for qd, cd in pairs:
+        for neox in (True, False):
+            for head, rot, off in (
+                (128, 128, 0),
+                (128, 64, 0),
+                (128, 64, 64),
+                (64, 32, 16),
+                (80, 80, 0),
+                (96, 64, 8),
+                (256, 256, 0),
+                (512, 128, 0),
+                (128, 30, 2),
+            ):
+                cases.append(
+                    dict(
+                        q=qd,
+                        c=cd,
+                        neox=neox,
+                        head=head,
+                        rot=rot,
+                        off=off,
+                        inverse=(head + rot) % 3 == 0,
+                        tokens=37,
+                        layout="flat",
+                    )
+                )
+    for layout in ("flat", "heads", "fused-qkv", "no-key", "batch", "misaligned"):
+        for neox in (True, False):
+            for tokens in (1, 7, 256, 4097, 65536):
+                cases.append(
+                    dict(
+                        q=BF16,
+                        c=BF16,
+                        neox=neox,
+                        head=128,
+                        rot=128,
+                        off=0,
+                        inverse=tokens == 7,
+                        tokens=tokens,
+                        layout=layout,
+                    )
+                )
+    return cases
+
+
+def make_inputs(case: dict, device: str, seed: int):
+    g = torch.Generator(device=device).manual_seed(seed)
+    tokens, head, qd = case["tokens"], case["head"], case["q"]
+    hq, hk = 8, 2
+    positions = torch.randint(0, 4096, (tokens,), device=device, generator=g)
+    cache = (torch.rand(4096, case["rot"], device=device, generator=g) * 2 - 1).to(case["c"])
+    layout = case["layout"]
+    if layout == "fused-qkv":
+        qkv = torch.randn(tokens, (hq + 2 * hk) * head, device=device, generator=g).to(qd)
+        q, k = qkv[:, : hq * head], qkv[:, hq * head : (hq + hk) * head]
+        return positions, q, k, qkv
+    if layout == "misaligned":
+        buf = torch.randn(tokens * (hq + hk) * head + 1, device=device, generator=g).to(qd)
+        q = buf[1 : 1 + tokens * hq * head].view(tokens, hq * head)
+        k = buf[1 + tokens * hq * head :].view(tokens, hk * head)
+        return positions, q, k, buf
+    q = torch.randn(tokens, hq * head, device=device, generator=g).to(qd)
+    k = torch.randn(tokens, hk * head, device=device, generator=g).to(qd)
+    if layout == "heads":
+        q, k = q.view(tokens, hq, head), k.view(tokens, hk, head)
+    if layout == "no-key":
+        k = None
+    if layout == "batch" and tokens % 7 == 0:
+        positions = positions.view(7, -1)
+        q, k = q.view(7, tokens // 7, -1), k.view(7, tokens // 7, -1)
+    return positions, q, k, cache
+
+
+def check_identity(ops: dict[str, Op], device: str) -> dict:
+    upstream, fork = ops[UPSTREAM], ops[FORK]
+    failures, n = [], 0
+    for i, case in enumerate(identity_cases()):
+        if device == "cpu" and case["tokens"] > 300:
+            continue
+        outs = []
+        for op in (upstream, fork):
+            positions, q, k, extra = make_inputs(case, device, seed=i)
+            cache = (
+                extra
+                if case["layout"] not in ("fused-qkv", "misaligned")
+                else (
+                    torch.rand(
+                        4096,
+                        case["rot"],
+                        device=device,
+                        generator=torch.Generator(device=device).manual_seed(i),
+                    )
+                    * 2
+                    - 1
+                ).to(case["c"])
+            )
+            op(positions, q, k, case["head"], cache, case["neox"], case["off"], case["inverse"])
+            outs.append((q.clone(), None if k is None else k.clone()))
+        n += 1
+        (uq, uk), (fq, fk) = outs
+        same = torch.equal(uq, fq) and (uk is None or torch.equal(uk, fk))
+        if not same:
+            failures.append(
+                {k2: (short(v) if isinstance(v, torch.dtype) else v) for k2, v in case.items()}
+            )
+    return {"cases": n, "failures": failures}
+
+
+# ---------------------------------------------------------------- empty batch
+EMPTY_SNIPPET = r"""
+import sys, torch
+sys.path[:0] = {paths!r}
+import rope_ext
+from pathlib import Path
+name = {name!r}
+if name == "flashinfer":
+    import fi_ext
+    fi_ext.load(Path({build!r}))
+    op = lambda p, q, k, h, c, n: torch.ops.rope_flashinfer.apply(p, q, k, h, c, n)
+    dt = torch.float32
+else:
+    op = rope_ext.load(name, Path({src!r}), Path({build!r}))
+    dt = torch.bfloat16
+p = torch.empty(0, dtype=torch.long, device="cuda")
+q = torch.empty(0, 32 * 128, dtype=torch.bfloat16, device="cuda")
+k = torch.empty(0, 8 * 128, dtype=torch.bfloat16, device="cuda")
+c = torch.rand(16, 128, device="cuda").to(dt)
+op(p, q, k, 128, c, True)
+torch.cuda.synchronize()
+print("returned")
+"""
+
+
+def check_empty(names: list[str], src: Path, build: Path) -> dict[str, str]:
+    out = {}
+    for name in names:
+        code = EMPTY_SNIPPET.format(
+            paths=[str(HERE), str(HERE.parent / "rope_cache_dtype")],
+            name=name,
+            src=str(src),
+            build=str(build),
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+        )
+        if r.returncode == 0:
+            out[name] = "returned, no error"
+        elif r.returncode < 0:
+            out[name] = f"killed by signal {-r.returncode}"
+        else:
+            last = [line for line in r.stderr.splitlines() if line.strip()]
+            out[name] = f"exit {r.returncode}: " + (last[-1][:120] if last else "")
+    return out
+
+
+# ---------------------------------------------------------------- timing
+def graph_us(fn: Callable[[], None]) -> float:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / CALLS)
+    del graph
+    return statistics.median(samples)
+
+
+def copy_bandwidth() -> float:
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    samples = []
+    for _ in range(3):
+        dst.copy_(src)
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / 5)
+    return 2 * n / statistics.median(samples)
+
+
+def time_case(ops, fi, tokens, head, qd, cd, neox, rot, bandwidth) -> dict:
+    positions = torch.randint(0, MAX_POSITION, (tokens,), device="cuda")
+    q = torch.randn(tokens, NUM_Q_HEADS * head, device="cuda", dtype=qd)
+    k = torch.randn(tokens, NUM_KV_HEADS * head, device="cuda", dtype=qd)
+    cache = rope_cache(rot, cd, "cuda")
+    cache32 = cache if cd == F32 else rope_cache(rot, F32, "cuda")
+    rows = int(torch.unique(positions).numel())
+    elem = q.element_size()
+    moved = (
+        2 * tokens * (NUM_Q_HEADS + NUM_KV_HEADS) * rot * elem + rows * rot * cache.element_size()
+    )
+    row = {
+        "tokens": tokens,
+        "head": head,
+        "query": short(qd),
+        "cache": short(cd),
+        "style": "neox" if neox else "gptj",
+        "rot_dim": rot,
+        "bytes": moved,
+        "floor_us": moved / bandwidth * 1e6,
+    }
+    for name, op in ops.items():
+        row[name] = graph_us(lambda op=op: op(positions, q, k, head, cache, neox, 0, False))
+    row["flashinfer"] = graph_us(lambda: fi(positions, q, k, head, cache32, neox))
+    row["flashinfer_cache"] = "fp32"
+    row["scale"] = graph_us(lambda: (q.mul_(1.0), k.mul_(1.0)))
+    return row
+
+
+def markdown(res: dict) -> str:
+    lines = [
+        f"# RoPE kernels on {res['device']}",
+        "",
+        f"torch {res['torch']}, CUDA {res['cuda']}; {NUM_Q_HEADS} q heads, {NUM_KV_HEADS} "
+        f"kv heads, cache {MAX_POSITION} rows; CUDA graph of {CALLS} calls, median of "
+        f"{REPEATS} replays; copy bandwidth {res['bandwidth'] / 1e12:.3f} TB/s; floor = "
+        "rotated q+k bytes read and written + cache rows used, at that bandwidth. "
+        "FlashInfer reads a float32 cache (its only option).",
+        "",
+        "| head | tokens | query | cache | style | rot | upstream us | fork us | "
+        "FlashInfer us | scale us | floor us | fork/floor | fork/FI | fork/upstream |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["perf"]:
+        lines.append(
+            f"| {r['head']} | {r['tokens']} | {r['query']} | {r['cache']} | {r['style']} | "
+            f"{r['rot_dim']} | {r[UPSTREAM]:.2f} | {r[FORK]:.2f} | {r['flashinfer']:.2f} | "
+            f"{r['scale']:.2f} | {r['floor_us']:.2f} | {r[FORK] / r['floor_us']:.3f} | "
+            f"{r[FORK] / r['flashinfer']:.3f} | {r[FORK] / r[UPSTREAM]:.3f} |"
+            + "".join(f" {v} {r[v]:.2f} |" for v in EXTRA if v in r)
+        )
+    ident = res["identity"]
+    lines += [
+        "",
+        f"Bit-identity fork vs upstream: {ident['cases'] - len(ident['failures'])}"
+        f"/{ident['cases']} cases identical.",
+    ]
+    for f in ident["failures"][:20]:
+        lines.append(f"- DIFFERS: {f}")
+    lines += ["", "| empty batch | result |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in res["empty"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", type=Path, required=True, help="staged variant sources")
+    ap.add_argument("--flashinfer-include", type=Path, required=True)
+    ap.add_argument("--build", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+
+    if args.dry_run:
+        ops: dict[str, Op] = {UPSTREAM: reference_op, FORK: reference_op}
+        ident = check_identity(ops, "cpu")
+        res = {
+            "device": "cpu",
+            "torch": torch.__version__,
+            "cuda": None,
+            "bandwidth": 3e12,
+            "identity": ident,
+            "empty": {n: "not run (dry run)" for n in ops},
+            "perf": [],
+        }
+        print(markdown(res))
+        return 0 if not ident["failures"] else 1
+    if not torch.cuda.is_available():
+        print("error: no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
+        return 2
+
+    import fi_ext
+
+    t0 = time.time()
+    os.environ["ROPE_FI_INCLUDE"] = str(args.flashinfer_include)
+    with ProcessPoolExecutor(
+        3 + len(EXTRA), mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futs = [
+            pool.submit(rope_ext._build_only, v, str(args.src), str(args.build))
+            for v in (UPSTREAM, FORK, *EXTRA)
+        ]
+        futs.append(pool.submit(fi_ext.load, args.build))
+        for f in futs:
+            f.result()
+    print(f"built in {time.time() - t0:.0f} s", flush=True)
+    ops = {v: rope_ext.load(v, args.src, args.build) for v in (UPSTREAM, FORK, *EXTRA)}
+    fi_ext.load(args.build)
+    fi = torch.ops.rope_flashinfer.apply
+
+    res: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    res["identity"] = check_identity(ops, "cuda")
+    print(
+        f"identity: {res['identity']['cases']} cases, {len(res['identity']['failures'])} differ",
+        flush=True,
+    )
+    res["empty"] = check_empty([UPSTREAM, FORK, "flashinfer"], args.src, args.build)
+    print(res["empty"], flush=True)
+    res["bandwidth"] = copy_bandwidth()
+    perf = []
+    for head in HEADS:
+        for tokens in TOKENS:
+            perf.append(time_case(ops, fi, tokens, head, BF16, BF16, True, head, res["bandwidth"]))
+            print(perf[-1], flush=True)
+    for qd, cd, neox, frac in VARIANTS.values():
+        perf.append(time_case(ops, fi, 16384, 128, qd, cd, neox, int(128 * frac), res["bandwidth"]))
+        print(perf[-1], flush=True)
+    res["perf"] = perf
+    text = markdown(res)
+    (args.out / "results.md").write_text(text)
+    (args.out / "results.json").write_text(json.dumps(res, indent=1))
+    print(text)
+    return 0 if not res["identity"]["failures"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
