@@ -1,0 +1,160 @@
+"""Upstream credit in patch headers: the DEP-3 ``Origin`` and ``Author`` trailers.
+
+A patch that backports an upstream PR (``Fork-Part: change`` of a change the
+registry gives a PR) names the PR, its merge commit and its authors:
+
+    Origin: backport, https://github.com/vllm-project/vllm/pull/42409, commit:be7a03ea65
+    Author: Aakif Nawaz <aakif.nawaz@amd.com>
+
+exactly as the change registry records them (``pr``, ``upstream_commit``,
+``upstream_authors``); every other patch is the fork's own work and says
+``Origin: vendor`` without ``Author`` lines. The git ``From:`` of every patch
+stays the fork's maintainers (docs/series-format.md). The registry is the one
+source of these facts: this module checks headers against it and can write
+them into the header of the patch files, never touching a diff.
+
+    python -m vllm_fork.series.credits [--root DIR] [--write] [VERSION...]
+
+checks (or, with ``--write``, rewrites) every series under ``DIR/series``, or
+the named ones; it prints one line per problem and exits 1 when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vllm_fork import log as messages
+from vllm_fork.changes import registry
+from vllm_fork.config import find_root
+from vllm_fork.errors import ForkError, SeriesError
+from vllm_fork.series.patches import (
+    ORIGIN_VENDOR,
+    PatchHeader,
+    Series,
+    load_series,
+    parse_patch,
+)
+
+log = logging.getLogger(__name__)
+
+PART_CHANGE = "change"
+
+
+def expected_credit(header: PatchHeader) -> tuple[str, tuple[str, ...]] | None:
+    """The ``Origin`` value and ``Author`` values the registry asks of this
+    patch, or None for a patch of a support id (test infrastructure)."""
+    change = registry.find(header.change)
+    if change is None:
+        return None
+    origin = change.backport_origin if header.part == PART_CHANGE else None
+    if origin is None:
+        return ORIGIN_VENDOR, ()
+    return origin, change.upstream_authors
+
+
+def credit_problems(header: PatchHeader) -> list[str]:
+    """What is wrong with the patch's ``Origin``/``Author`` lines (empty: nothing)."""
+    expected = expected_credit(header)
+    if expected is None:
+        return []
+    origin, authors = expected
+    problems: list[str] = []
+    if header.values("Origin") != [origin]:
+        problems.append(
+            f"{header.file}: Origin must be {origin!r} (registry, {header.change}), "
+            f"got {header.values('Origin')!r}"
+        )
+    if origin != ORIGIN_VENDOR and not authors:
+        problems.append(f"{header.file}: the registry names no upstream author of {origin!r}")
+    if tuple(header.authors) != authors:
+        want = ", ".join(authors) if authors else "none (the fork's own work)"
+        problems.append(
+            f"{header.file}: Author lines must be {want} (registry, {header.change}), "
+            f"got {header.authors!r}"
+        )
+    return problems
+
+
+def check_series(series: Series) -> list[str]:
+    """The credit problems of every patch of ``series``, in series order."""
+    return [problem for header in series.headers for problem in credit_problems(header)]
+
+
+def _message_end(lines: list[str], start: int) -> int:
+    """Index of the line ending the commit message: ``---`` or the first diff."""
+    for i in range(start, len(lines)):
+        if lines[i] in ("---\n", "---") or lines[i].startswith("diff --git "):
+            return i
+    raise SeriesError("no '---' line after the commit message")
+
+
+def rewrite_credit(path: Path) -> bool:
+    """Put the registry's ``Origin`` and ``Author`` lines into the trailer block
+    of patch ``path`` in place of the ones there; nothing else in the file
+    changes. Returns whether the file changed."""
+    header = parse_patch(path)
+    expected = expected_credit(header)
+    if expected is None:
+        return False
+    origin, authors = expected
+    raw = path.read_bytes()
+    lines = raw.decode("utf-8").splitlines(keepends=True)
+    body_start = lines.index("\n") + 1  # the mail headers end at the first empty line
+    end = _message_end(lines, body_start)
+    blank = max((i for i in range(body_start, end) if lines[i] == "\n"), default=-1)
+    if blank < 0:
+        raise SeriesError(f"{path.name}: no trailer block in the commit message")
+    block = lines[blank + 1 : end]
+    position = next((i for i, line in enumerate(block) if line.lower().startswith("origin:")), None)
+    if position is None:
+        raise SeriesError(f"{path.name}: no Origin line in the trailer block")
+    kept = [line for line in block if not line.lower().startswith(("origin:", "author:"))]
+    credit = [f"Origin: {origin}\n", *(f"Author: {author}\n" for author in authors)]
+    before = sum(
+        1 for line in block[:position] if not line.lower().startswith(("origin:", "author:"))
+    )
+    new_block = [*kept[:before], *credit, *kept[before:]]
+    if new_block == block:
+        return False
+    text = "".join([*lines[: blank + 1], *new_block, *lines[end:]])
+    path.write_bytes(text.encode("utf-8"))
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_fork.series.credits",
+        description="check (or write) the upstream credit lines of every patch header "
+        "against the change registry",
+    )
+    parser.add_argument("versions", nargs="*", help="series to check (default: all)")
+    parser.add_argument("--root", type=Path, help="repository root (default: found from here)")
+    parser.add_argument("--write", action="store_true", help="rewrite the header lines")
+    args = parser.parse_args(argv)
+    messages.setup()
+    series_root = (args.root if args.root is not None else find_root()) / "series"
+    versions = args.versions or sorted(p.name for p in series_root.iterdir() if p.is_dir())
+    problems: list[str] = []
+    try:
+        for version in versions:
+            series = load_series(series_root / version)
+            if args.write:
+                for patch in series.patches:
+                    if rewrite_credit(patch):
+                        log.info("rewrote the credit of %s/%s", version, patch.name)
+                series = load_series(series_root / version)
+            problems += [f"{version}/{problem}" for problem in check_series(series)]
+    except (ForkError, OSError, ValueError) as exc:
+        log.error("error: %s", exc)
+        return 2
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
