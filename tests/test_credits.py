@@ -137,3 +137,20 @@ def test_origin_with_a_commit_is_a_valid_header_and_names_the_pr() -> None:
     assert origin_fields(header.origin) == ("backport", url, "be7a03ea65")
     assert header.origin_url == url
     assert upstream_pr(header.change, header.origin) == url
+
+
+def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _copy(tmp_path / "a")
+    broken = _copy(tmp_path / "b")
+    broken.write_bytes(b"\xff\xfe not a patch\n")
+    runs = {
+        "no such series": (["--root", str(tmp_path / "a"), "0.99.0"], "no series for 0.99.0"),
+        "no series dir": (["--root", str(tmp_path / "nowhere")], "nowhere/series"),
+        "not a patch": (["--root", str(tmp_path / "b"), "--write"], "not a git format-patch"),
+    }
+    for name, (argv, message) in runs.items():
+        assert credits.main(argv) == 2, name
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1, (name, err)
+        assert err.startswith("vllm-fork: error: ") and message in err, (name, err)
+    assert broken.read_bytes() == b"\xff\xfe not a patch\n"  # left as it was

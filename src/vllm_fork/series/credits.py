@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -121,7 +122,9 @@ def rewrite_credit(path: Path) -> bool:
     if new_block == block:
         return False
     text = "".join([*lines[: blank + 1], *new_block, *lines[end:]])
-    path.write_bytes(text.encode("utf-8"))
+    partial = path.with_name(f".{path.name}.credit")
+    partial.write_bytes(text.encode("utf-8"))
+    os.replace(partial, path)  # a reader sees the old file or the new one, never half
     return True
 
 
@@ -136,11 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the header lines")
     args = parser.parse_args(argv)
     messages.setup()
-    series_root = (args.root if args.root is not None else find_root()) / "series"
-    versions = args.versions or sorted(p.name for p in series_root.iterdir() if p.is_dir())
     problems: list[str] = []
     try:
+        series_root = (args.root if args.root is not None else find_root()) / "series"
+        versions = args.versions or sorted(p.name for p in series_root.iterdir() if p.is_dir())
         for version in versions:
+            if not (series_root / version).is_dir():
+                raise SeriesError(f"no series for {version} in {series_root}")
             series = load_series(series_root / version)
             if args.write:
                 for patch in series.patches:
