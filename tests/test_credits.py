@@ -154,3 +154,21 @@ def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert out == "" and len(err.splitlines()) == 1, (name, err)
         assert err.startswith("vllm-fork: error: ") and message in err, (name, err)
     assert broken.read_bytes() == b"\xff\xfe not a patch\n"  # left as it was
+
+
+def test_a_patch_not_from_the_fork_maintainers_is_reported_and_rewritten(tmp_path: Path) -> None:
+    patch = _copy(tmp_path, SWITCH)
+    pristine = patch.read_bytes()
+    _edit(
+        patch,
+        "From: vLLM ROCm fork maintainers\n <rocm-fork-maintainers@users.noreply.github.com>\n",
+        "From: Someone Else\n <someone@example.com>\n",
+    )
+    (problem,) = credits.credit_problems(parse_patch(patch))
+    assert problem == (
+        f"{SWITCH}: From must be 'vLLM ROCm fork maintainers "
+        "<rocm-fork-maintainers@users.noreply.github.com>', "
+        "got 'Someone Else <someone@example.com>'"
+    )
+    assert credits.rewrite_credit(patch)
+    assert patch.read_bytes() == pristine

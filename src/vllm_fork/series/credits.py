@@ -9,7 +9,7 @@ registry gives a PR) names the PR, its merge commit and its authors:
 exactly as the change registry records them (``pr``, ``upstream_commit``,
 ``upstream_authors``); every other patch is the fork's own work and says
 ``Origin: vendor`` without ``Author`` lines. The git ``From:`` of every patch
-stays the fork's maintainers (docs/series-format.md). The registry is the one
+is the fork's maintainers (docs/series-format.md). The registry is the one
 source of these facts: this module checks headers against it and can write
 them into the header of the patch files, never touching a diff.
 
@@ -32,6 +32,7 @@ from vllm_fork import log as messages
 from vllm_fork.changes import registry
 from vllm_fork.config import find_root
 from vllm_fork.errors import ForkError, SeriesError
+from vllm_fork.git import FORK_EMAIL, FORK_NAME
 from vllm_fork.series.patches import (
     ORIGIN_VENDOR,
     PatchHeader,
@@ -43,6 +44,9 @@ from vllm_fork.series.patches import (
 log = logging.getLogger(__name__)
 
 PART_CHANGE = "change"
+FORK_FROM = f"{FORK_NAME} <{FORK_EMAIL}>"
+# the From: header as git format-patch folds it
+FORK_FROM_LINES = [f"From: {FORK_NAME}\n", f" <{FORK_EMAIL}>\n"]
 
 
 def expected_credit(header: PatchHeader) -> tuple[str, tuple[str, ...]] | None:
@@ -59,11 +63,13 @@ def expected_credit(header: PatchHeader) -> tuple[str, tuple[str, ...]] | None:
 
 def credit_problems(header: PatchHeader) -> list[str]:
     """What is wrong with the patch's ``Origin``/``Author`` lines (empty: nothing)."""
+    problems: list[str] = []
+    if header.author != FORK_FROM:
+        problems.append(f"{header.file}: From must be {FORK_FROM!r}, got {header.author!r}")
     expected = expected_credit(header)
     if expected is None:
-        return []
+        return problems
     origin, authors = expected
-    problems: list[str] = []
     if header.values("Origin") != [origin]:
         problems.append(
             f"{header.file}: Origin must be {origin!r} (registry, {header.change}), "
@@ -93,37 +99,58 @@ def _message_end(lines: list[str], start: int) -> int:
     raise SeriesError("no '---' line after the commit message")
 
 
-def rewrite_credit(path: Path) -> bool:
-    """Put the registry's ``Origin`` and ``Author`` lines into the trailer block
-    of patch ``path`` in place of the ones there; nothing else in the file
-    changes. Returns whether the file changed."""
-    header = parse_patch(path)
-    expected = expected_credit(header)
-    if expected is None:
-        return False
-    origin, authors = expected
-    raw = path.read_bytes()
-    lines = raw.decode("utf-8").splitlines(keepends=True)
-    body_start = lines.index("\n") + 1  # the mail headers end at the first empty line
-    end = _message_end(lines, body_start)
-    blank = max((i for i in range(body_start, end) if lines[i] == "\n"), default=-1)
+def _headers_end(lines: list[str]) -> int:
+    """Index of the empty line that ends the mail headers."""
+    return lines.index("\n")
+
+
+def _with_fork_from(lines: list[str]) -> list[str]:
+    """``lines`` with the (possibly folded) ``From:`` header set to the fork's."""
+    end = _headers_end(lines)
+    start = next(i for i in range(end) if lines[i].startswith("From: "))
+    stop = start + 1
+    while stop < end and lines[stop].startswith((" ", "\t")):
+        stop += 1
+    return [*lines[:start], *FORK_FROM_LINES, *lines[stop:]]
+
+
+def _with_credit(lines: list[str], name: str, origin: str, authors: tuple[str, ...]) -> list[str]:
+    """``lines`` with the trailer block's ``Origin``/``Author`` lines replaced by
+    ``origin`` and ``authors``, where the ``Origin`` line was."""
+    body = _headers_end(lines) + 1
+    end = _message_end(lines, body)
+    blank = max((i for i in range(body, end) if lines[i] == "\n"), default=-1)
     if blank < 0:
-        raise SeriesError(f"{path.name}: no trailer block in the commit message")
+        raise SeriesError(f"{name}: no trailer block in the commit message")
     block = lines[blank + 1 : end]
+
+    def credit_line(line: str) -> bool:
+        return line.lower().startswith(("origin:", "author:"))
+
     position = next((i for i, line in enumerate(block) if line.lower().startswith("origin:")), None)
     if position is None:
-        raise SeriesError(f"{path.name}: no Origin line in the trailer block")
-    kept = [line for line in block if not line.lower().startswith(("origin:", "author:"))]
+        raise SeriesError(f"{name}: no Origin line in the trailer block")
+    before = [line for line in block[:position] if not credit_line(line)]
+    after = [line for line in block[position:] if not credit_line(line)]
     credit = [f"Origin: {origin}\n", *(f"Author: {author}\n" for author in authors)]
-    before = sum(
-        1 for line in block[:position] if not line.lower().startswith(("origin:", "author:"))
-    )
-    new_block = [*kept[:before], *credit, *kept[before:]]
-    if new_block == block:
+    return [*lines[: blank + 1], *before, *credit, *after, *lines[end:]]
+
+
+def rewrite_credit(path: Path) -> bool:
+    """Set the ``From:`` header to the fork's and put the registry's ``Origin``
+    and ``Author`` lines into the trailer block in place of the ones there;
+    nothing else in the file changes (never a diff). Returns whether the file
+    changed."""
+    header = parse_patch(path)
+    lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
+    new = lines if header.author == FORK_FROM else _with_fork_from(lines)
+    expected = expected_credit(header)
+    if expected is not None:
+        new = _with_credit(new, path.name, *expected)
+    if new == lines:
         return False
-    text = "".join([*lines[: blank + 1], *new_block, *lines[end:]])
     partial = path.with_name(f".{path.name}.credit")
-    partial.write_bytes(text.encode("utf-8"))
+    partial.write_bytes("".join(new).encode("utf-8"))
     os.replace(partial, path)  # a reader sees the old file or the new one, never half
     return True
 
