@@ -135,18 +135,25 @@ CHANGES: tuple[Change, ...] = (
         hardening=(
             Hardening(
                 "python-dtype-check",
-                "ops.rotary_embedding rejects a cache of the wrong dtype, device or shape "
-                "before the op runs",
+                "ops.rotary_embedding passes exactly the query/cache dtype pairs the kernel "
+                "dispatches and rejects a cache of another dtype, device or shape before the op "
+                "runs",
             ),
             Hardening(
                 "bounded-dispatch",
                 "the kernel is instantiated only for cache dtype = query dtype or float32",
+            ),
+            Hardening(
+                "empty-batch",
+                "ops.rotary_embedding returns without calling the op on an empty batch "
+                "(upstream's kernel dies with SIGFPE)",
             ),
         ),
         probe="vllm_fork.probes.rope:probe_rope_cache_dtype",
         tests=(
             "tests/kernels/core/test_rotary_embedding_cache_dtype.py",
             "tests/kernels/core/test_rotary_embedding_cache_check.py",
+            "tests/kernels/core/test_rotary_embedding_empty_batch.py",
         ),
         why="0.20.0 copies the whole cos/sin cache to float32 on every call "
         "(+64 MiB, ~57 us at 256 tokens for a 131072 x 128 bf16 cache)",
@@ -191,11 +198,17 @@ CHANGES: tuple[Change, ...] = (
                 "no copy where it cannot be used (complex caches, non-AITER paths, bf16 caches)",
             ),
             Hardening("recompute-consistent", "the copy follows a cache a subclass recomputes"),
+            Hardening(
+                "refresh-in-place",
+                "the copy keeps its storage when the cache is refreshed and takes the new "
+                "values in place (captured graphs read it)",
+            ),
         ),
         probe="vllm_fork.probes.rope:probe_rope_bf16_buffer",
         tests=(
             "tests/rocm/aiter/test_rope_bf16_cache.py",
             "tests/rocm/aiter/test_rope_bf16_cache_hardening.py",
+            "tests/rocm/aiter/test_rope_bf16_cache_reload.py",
         ),
         why="a float32 cache (GPT-OSS) is cast once per rotary layer in every AITER decode graph",
         retire_when="the change once the oldest supported base is 0.23.0; the hardening "
