@@ -262,7 +262,8 @@ CHANGES: tuple[Change, ...] = (
             ),
             Hardening(
                 "no-reuse-without-host-seqlens",
-                "no reuse without the host copy of seq_lens, and no added device sync",
+                "no reuse without exact host seq_lens (either runner; none under "
+                "speculative decoding), and no added device sync",
             ),
             Hardening(
                 "bias-precision-guard",
