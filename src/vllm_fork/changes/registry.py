@@ -262,12 +262,14 @@ CHANGES: tuple[Change, ...] = (
             ),
             Hardening(
                 "no-reuse-without-host-seqlens",
-                "no reuse without the host copy of seq_lens, and no added device sync",
+                "no reuse without exact host seq_lens (either runner; none under "
+                "speculative decoding), and no added device sync",
             ),
             Hardening(
                 "bias-precision-guard",
-                "the bf16 router is kept only when the loaded bias, rounded, selects "
-                "the same experts",
+                "the bf16 router is kept only when rounding keeps the loaded bias's "
+                "distinct values apart and moves none by more than 2**-10; reloads "
+                "copy the bias in place",
             ),
         ),
         probe="vllm_fork.probes.moe:probe_dsv32_decode",
