@@ -83,6 +83,14 @@ def load_wrapper(custom_ops: Path) -> tuple[Callable[..., None], list[str]]:
             for target in targets:
                 if isinstance(target, ast.Name):
                     defined[target.id] = node
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            # torch's own helpers (e.g. statically_known_true); nothing of vLLM
+            # is installed on the GPU machine.
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            for alias in node.names:
+                name = (alias.asname or alias.name).split(".")[0]
+                if (module or alias.name).split(".")[0] == "torch":
+                    defined[name] = node
     if "rotary_embedding" not in defined:
         raise SystemExit(f"error: {custom_ops} defines no rotary_embedding")
     keep: set[str] = set()
