@@ -38,8 +38,11 @@ EXPECTED = {
     #      rope-cache-dtype, rope-fast-kernel, rope-bf16-buffer, moe-bias-precast, dsv32, ar-rms
     "0.19.1": (N, N, A, A, A, N),
     "0.20.0": (A, A, A, P, A, N),
+    "0.20.1": (A, A, A, P, A, N),
+    "0.20.2": (A, A, A, P, A, N),
     "0.21.0": (P, A, A, P, A, A),
     "0.22.0": (P, A, A, P, A, P),
+    "0.22.1": (P, A, A, P, A, P),
     "0.23.0": (P, A, P, P, P, P),
     "0.33.0": (P, A, P, P, P, P),
 }
