@@ -231,6 +231,21 @@ def _simulated_stream_capture(monkeypatch: pytest.MonkeyPatch) -> None:
         )
 
 
+@pytest.fixture(autouse=True)
+def _no_pinned_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated host has no device runtime: CPU builds of torch cannot pin
+    memory, so vLLM's helpers that pin when the platform allows it (the
+    ``PIN_MEMORY`` flag vLLM caches at import, where the release has it) copy
+    from pageable memory instead."""
+    if not sim.is_active():
+        return
+    import vllm.utils
+
+    torch_utils = getattr(vllm.utils, "torch_utils", None)
+    if torch_utils is not None and hasattr(torch_utils, "PIN_MEMORY"):
+        monkeypatch.setattr(torch_utils, "PIN_MEMORY", False)
+
+
 @pytest.fixture
 def stream_capture() -> Iterator[Callable[[], AbstractContextManager[None]]]:
     @contextmanager
