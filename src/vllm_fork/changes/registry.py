@@ -158,7 +158,8 @@ CHANGES: tuple[Change, ...] = (
         why="0.20.0 copies the whole cos/sin cache to float32 on every call "
         "(+64 MiB, ~57 us at 256 tokens for a 131072 x 128 bf16 cache)",
         retire_when="the change once the oldest supported base is 0.21.0; the hardening "
-        "once upstream checks the cache before the op and bounds the dispatch",
+        "once upstream checks the cache before the op, bounds the dispatch and survives an "
+        "empty batch",
         # author: v0.21.0 release notes (@jeejeelee), email from his sign-offs of that
         # time; the merge commit was not found
         upstream_authors=("Jee Jee Li <pandaleefree@gmail.com>",),
@@ -212,7 +213,8 @@ CHANGES: tuple[Change, ...] = (
         ),
         why="a float32 cache (GPT-OSS) is cast once per rotary layer in every AITER decode graph",
         retire_when="the change once the oldest supported base is 0.23.0; the hardening "
-        "once upstream checks the copy's dtype and creates it only where it is used",
+        "once upstream checks the copy's dtype, creates it only where it is used and "
+        "refreshes it in place",
         # commit and author: the commit's message (Signed-off-by), no co-authors
         upstream_commit="de12f5ca0b8bcec55b6fa29174900360ef31cc0e",
         upstream_authors=("Aakif Nawaz <aakif.nawaz@amd.com>",),
@@ -260,12 +262,14 @@ CHANGES: tuple[Change, ...] = (
             ),
             Hardening(
                 "no-reuse-without-host-seqlens",
-                "no reuse without the host copy of seq_lens, and no added device sync",
+                "no reuse without exact host seq_lens (either runner; none under "
+                "speculative decoding), and no added device sync",
             ),
             Hardening(
                 "bias-precision-guard",
-                "the bf16 router is kept only when the loaded bias, rounded, selects "
-                "the same experts",
+                "the bf16 router is kept only when rounding keeps the loaded bias's "
+                "distinct values apart and moves none by more than 2**-10; reloads "
+                "copy the bias in place",
             ),
         ),
         probe="vllm_fork.probes.moe:probe_dsv32_decode",
