@@ -297,8 +297,10 @@ CHANGES: tuple[Change, ...] = (
         files=(
             Landing("vllm/_aiter_ops.py"),
             Landing("vllm/envs.py"),
+            # the file exists from 0.25.0; the 1-stage gate moved into it in 0.30.0
+            # (before, it is in the fused ops of vllm/_aiter_ops.py)
             Landing(
-                "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.25.0"
+                "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.30.0"
             ),
         ),
         hardening=(
