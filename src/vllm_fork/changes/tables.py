@@ -71,7 +71,7 @@ def base_cell(
 
 
 def readme_table(root: Path) -> str:
-    """Per change, its state on every base that has a series (the default marked)."""
+    """Per base that has a series (the default marked), the state of every change."""
     pins = load_pins(root / "bases.toml")
     versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
     parts: dict[str, dict[str, list[str]]] = {}
@@ -86,18 +86,15 @@ def readme_table(root: Path) -> str:
                 builds.setdefault(header.change, set()).add(header.build)
         parts[version] = by_change
         full_only[version] = {c for c, b in builds.items() if b == {BUILD_FULL}}
-    header = [
-        "id",
-        "upstream PR",
-        *(f"{v} (default)" if v == pins.default else v for v in versions),
-    ]
+    # One row per base: twenty bases side by side would not fit a screen.
+    changes = registry.changes()
+    header = ["base", *(f"{c.id} ({f'#{c.pr}' if c.pr else 'vendor'})" for c in changes)]
     rows = [
         [
-            c.id,
-            f"#{c.pr}" if c.pr else "- (vendor)",
-            *(base_cell(c, v, parts[v].get(c.id, []), c.id in full_only[v]) for v in versions),
+            f"{v} (default)" if v == pins.default else v,
+            *(base_cell(c, v, parts[v].get(c.id, []), c.id in full_only[v]) for c in changes),
         ]
-        for c in registry.changes()
+        for v in versions
     ]
     return _table(header, rows)
 
