@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Launches per simulated DeepSeek-V3.2 decode step (casts, fills, metadata),
-# base vs fork, on CPU through the fork's ROCm simulation (sim/, put on
+# base vs fork, under the V1 and the V2 model runner, with and without async
+# speculative decoding, on CPU through the fork's ROCm simulation (sim/, put on
 # PYTHONPATH for both).
 #   base = upstream as released; fork = the whole series.
 # The benchmark script comes from the series; it is copied into the base tree.
@@ -30,11 +31,21 @@ trap cleanup EXIT
 git -C "$dir" worktree add -q --detach "$scratch/base" "$tag"
 cp "$dir/$bench" "$scratch/base/$bench"
 
-for bias in bf16-exact collapsing; do
+# bias, model runner, draft tokens per request (async speculative decoding)
+runs=(
+    "bf16-exact v1 0"
+    "bf16-exact v2 0"
+    "collapsing v1 0"
+    "bf16-exact v1 1"
+    "bf16-exact v2 1"
+)
+for run in "${runs[@]}"; do
+    read -r bias runner spec <<<"$run"
     for side in base fork; do
         tree="$dir"; [[ "$side" == base ]] && tree="$scratch/base"
-        echo "## $side ($bias bias)"
-        (cd "$tree" && VLLM_LOGGING_LEVEL=WARNING PYTHONPATH="$tree:$sim" "$python" "$bench" --bias "$bias" 2>/dev/null)
+        echo "## $side ($bias bias, $runner runner, $spec draft tokens)"
+        (cd "$tree" && VLLM_LOGGING_LEVEL=ERROR PYTHONPATH="$tree:$sim" "$python" "$bench" \
+            --bias "$bias" --runner "$runner" --spec-tokens "$spec" 2>/dev/null)
         echo
     done
 done

@@ -72,6 +72,33 @@ def test_base_findings_explain_csrc_changes_not_carried() -> None:
     ]
 
 
+def test_a_change_partly_left_out_is_reported_as_such() -> None:
+    """A precompiled 0.20.x wheel: the kernel backport is left out (Fork-Build:
+    full), its Python check is in the wheel."""
+    record = {
+        "series": {
+            "patches": [
+                {
+                    "file": "0002-check.patch",
+                    "change": "rope-cache-dtype",
+                    "part": "hardening",
+                    "paths": ["vllm/_custom_ops.py"],
+                }
+            ],
+            "left_out": [{"file": "0001-kernel.patch", "change": "rope-cache-dtype"}],
+        }
+    }
+    findings = {"rope-cache-dtype": Finding("n/a", "no rotary_embedding host function")}
+    base = {"rope-cache-dtype": Finding("absent", "copies the cache to float32")}
+    lines, failures = check_changes(record, findings, base)
+    assert failures == []
+    assert lines[0] == (
+        "rope-cache-dtype: left out of this build (Fork-Build: full): 0001-kernel.patch"
+    )
+    assert lines[1].startswith("rope-cache-dtype: not carried by the series")
+    assert "base sources: absent (copies the cache to float32)" in lines[1]
+
+
 def test_tests_and_hardening_patches_do_not_make_a_change_carried() -> None:
     """An upstream change pinned by fork tests and hardened by the fork (as
     rope-cache-dtype and moe-bias-precast on 0.21.0)."""

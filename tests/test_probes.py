@@ -38,8 +38,11 @@ EXPECTED = {
     #      rope-cache-dtype, rope-fast-kernel, rope-bf16-buffer, moe-bias-precast, dsv32, ar-rms
     "0.19.1": (N, N, A, A, A, N),
     "0.20.0": (A, A, A, P, A, N),
+    "0.20.1": (A, A, A, P, A, N),
+    "0.20.2": (A, A, A, P, A, N),
     "0.21.0": (P, A, A, P, A, A),
     "0.22.0": (P, A, A, P, A, P),
+    "0.22.1": (P, A, A, P, A, P),
     "0.23.0": (P, A, P, P, P, P),
     "0.33.0": (P, A, P, P, P, P),
 }
@@ -324,7 +327,11 @@ def test_rope_cache_dtype_absent_with_fp32_copy(tmp_path):
     f = probe("rope-cache-dtype", make_tree(tmp_path, {KERNEL_HEAD: ROPE_FP32_COPY}))
     assert f.state == A
     assert "float32" in f.reason
-    assert f.hardening == {"python-dtype-check": False, "bounded-dispatch": False}
+    assert f.hardening == {
+        "python-dtype-check": False,
+        "bounded-dispatch": False,
+        "empty-batch": False,
+    }
 
 
 def test_rope_cache_dtype_present_unbounded(tmp_path):
@@ -338,7 +345,11 @@ def test_rope_cache_dtype_present_unbounded(tmp_path):
     f = probe("rope-cache-dtype", tree)
     assert f.state == P, f.reason
     assert "libtorch_stable" in f.reason
-    assert f.hardening == {"python-dtype-check": False, "bounded-dispatch": False}
+    assert f.hardening == {
+        "python-dtype-check": False,
+        "bounded-dispatch": False,
+        "empty-batch": False,
+    }
 
 
 def test_rope_cache_dtype_hardened(tmp_path):
@@ -347,7 +358,31 @@ def test_rope_cache_dtype_hardened(tmp_path):
     )
     f = probe("rope-cache-dtype", tree)
     assert f.state == P, f.reason
-    assert f.hardening == {"python-dtype-check": True, "bounded-dispatch": True}
+    assert f.hardening == {
+        "python-dtype-check": True,
+        "bounded-dispatch": True,
+        "empty-batch": False,
+    }
+
+
+CUSTOM_OPS_EMPTY_BATCH = CUSTOM_OPS_CHECKED.replace(
+    "    _check_rope_cache(query, cos_sin_cache)\n",
+    "    _check_rope_cache(query, cos_sin_cache)\n    if positions.numel() == 0:\n        return\n",
+)
+CUSTOM_OPS_OTHER_RETURN = CUSTOM_OPS_CHECKED.replace(
+    "    _check_rope_cache(query, cos_sin_cache)\n",
+    "    _check_rope_cache(query, cos_sin_cache)\n    if is_neox:\n        return\n",
+)
+
+
+@pytest.mark.parametrize(
+    "custom_ops,guarded",
+    [(CUSTOM_OPS_EMPTY_BATCH, True), (CUSTOM_OPS_OTHER_RETURN, False), (CUSTOM_OPS_PLAIN, False)],
+)
+def test_rope_cache_dtype_empty_batch_guard(tmp_path, custom_ops, guarded):
+    assert "numel() == 0" in custom_ops or not guarded
+    tree = make_tree(tmp_path, {KERNEL_HEAD: ROPE_BOUNDED, "vllm/_custom_ops.py": custom_ops})
+    assert probe("rope-cache-dtype", tree).hardening["empty-batch"] is guarded
 
 
 def test_rope_cache_dtype_dtype_only_check_is_not_enough(tmp_path):
@@ -572,7 +607,26 @@ def test_rope_bf16_buffer_hardened(tmp_path):
         "buffer-dtype-check": True,
         "no-unusable-buffer": True,
         "recompute-consistent": True,
+        "refresh-in-place": False,
     }
+
+
+BASE_REFRESHED_IN_PLACE = BASE_HARDENED.replace(
+    """        if self._wants_bf16_copy(cache):
+            self.register_buffer""",
+    """        copy = self._buffers.get("cos_sin_cache_bf16")
+        if copy is not None and copy.shape == cache.shape:
+            copy.copy_(cache)
+        elif self._wants_bf16_copy(cache):
+            self.register_buffer""",
+)
+
+
+def test_rope_bf16_buffer_refreshed_in_place(tmp_path):
+    assert BASE_REFRESHED_IN_PLACE != BASE_HARDENED
+    f = probe("rope-bf16-buffer", make_tree(tmp_path, {ROPE_BASE: BASE_REFRESHED_IN_PLACE}))
+    assert f.state == P, f.reason
+    assert all(f.hardening.values()), f.hardening
 
 
 # --------------------------------------------------------------------------- moe-bias-precast

@@ -41,7 +41,7 @@ def test_a_hand_edited_table_is_stale(tmp_path: Path) -> None:
         (tmp_path / name).write_text((ROOT / name).read_text())
     (tmp_path / "series").symlink_to(ROOT / "series")
     readme = tmp_path / tables.README
-    readme.write_text(readme.read_text().replace("| #41113 |", "| #41114 |"))
+    readme.write_text(readme.read_text().replace("(#41113)", "(#41114)"))
     assert tables.stale(tmp_path) == [tables.README]
     assert tables.main(["--check", "--root", str(tmp_path)]) == 1
     assert tables.main(["--write", "--root", str(tmp_path)]) == 0

@@ -12,6 +12,7 @@ from vllm_fork.probes import Finding, SourceTree
 from .buildutil import full_csrc_patch
 from .buildutil import make_series as make_series_of
 from .conftest import ForkRepo
+from .gitutil import commit, trailer_block
 from .test_tree import make_series
 
 
@@ -107,3 +108,37 @@ def test_status_marks_a_full_build_only_change(
         text = format_status(report)
         assert "full build only (Fork-Build: full): a precompiled wheel lacks it" in text
         assert text.count("full build only") == 1
+
+
+def _check_before_the_kernel(tree: Path) -> None:
+    """A hardening patch of rope-fast-kernel in Python, left in a precompiled build."""
+    commit(
+        tree,
+        "[Misc] Check before the kernel",
+        "Python-side check.",
+        trailer_block(change="rope-fast-kernel", part="hardening", origin="vendor"),
+        {"vllm/check.py": "def check():\n    return True\n"},
+    )
+
+
+def test_status_says_what_a_precompiled_wheel_has_of_a_partly_full_change(
+    fork_repo: ForkRepo, probes: None, tmp_path: Path
+) -> None:
+    tree = make_series_of(fork_repo, tmp_path, full_csrc_patch, _check_before_the_kernel)
+    for report in (
+        compute_status(fork_repo.config, "9.9.9"),
+        compute_status(fork_repo.config, None, tree),
+    ):
+        fast = {c.change: c for c in report.changes}["rope-fast-kernel"]
+        # the full build has it; a precompiled one lacks the kernel, keeps the check
+        assert (fast.state, fast.full_build_only) == ("carried", False)
+        assert fast.precompiled is not None
+        assert fast.precompiled.state == "missing"
+        assert len(fast.precompiled.left_out) == 1
+        assert "Vectorize the kernel" in fast.precompiled.left_out[0].replace("-", " ")
+        data = report.to_json()["changes"]
+        assert data["rope-fast-kernel"]["precompiled"]["state"] == "missing"
+        assert data["ar-rms-pack-gate"]["precompiled"] is None
+        text = format_status(report)
+        assert text.count("precompiled wheel (leaves out") == 1
+        assert "full build only" not in text

@@ -121,6 +121,16 @@ def test_stream_capture_is_simulated(rocm_sim, stream_capture):
     assert torch.cuda.is_current_stream_capturing() is False
 
 
+def test_pinning_helpers_work_without_a_device(rocm_sim):
+    import numpy as np
+
+    torch_utils = pytest.importorskip("vllm.utils.torch_utils")
+    if not hasattr(torch_utils, "np_to_pinned_tensor"):
+        pytest.skip("this release has no pinning helper")
+    out = torch_utils.np_to_pinned_tensor(np.arange(4, dtype=np.int32))
+    assert out.tolist() == [0, 1, 2, 3]
+
+
 def test_cpu_dist_env(cpu_dist_env):
     from vllm.distributed import (
         get_ep_group,

@@ -37,6 +37,7 @@ Fixtures:
   (CPU builds of torch raise there).
 """
 
+import importlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -229,6 +230,37 @@ def _simulated_stream_capture(monkeypatch: pytest.MonkeyPatch) -> None:
             "is_current_stream_capturing",
             _StreamCapture.is_current_stream_capturing,
         )
+
+
+@pytest.fixture(autouse=True)
+def _no_pinned_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The simulated host has no device runtime: CPU builds of torch cannot pin
+    memory, so the simulated platform says so, and vLLM's helpers that pin
+    when the platform allows it copy from pageable memory instead. Where a
+    release caches the answer (``PIN_MEMORY`` of ``vllm.utils.torch_utils``,
+    the cached ``is_pin_memory_available`` of ``vllm.utils.platform_utils``),
+    the cache is set or cleared too."""
+    if not sim.is_active():
+        yield
+        return
+    from vllm.platforms.rocm import RocmPlatform
+
+    monkeypatch.setattr(RocmPlatform, "is_pin_memory_available", classmethod(lambda cls: False))
+    cached = []
+    for name in ("vllm.utils.platform_utils", "vllm.utils"):
+        with suppress(ImportError):
+            fn = getattr(importlib.import_module(name), "is_pin_memory_available", None)
+            if hasattr(fn, "cache_clear"):
+                cached.append(fn)
+    with suppress(ImportError):
+        torch_utils = importlib.import_module("vllm.utils.torch_utils")
+        if "PIN_MEMORY" in vars(torch_utils):
+            monkeypatch.setattr(torch_utils, "PIN_MEMORY", False)
+    for fn in cached:
+        fn.cache_clear()
+    yield
+    for fn in cached:
+        fn.cache_clear()
 
 
 @pytest.fixture

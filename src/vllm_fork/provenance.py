@@ -39,12 +39,14 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def upstream_pr(change: str, origin: str) -> str | None:
-    """The PR of a ``backport, <url>`` origin, else the PR the change belongs to
-    (from the change registry; None for support patches)."""
+    """The PR of a ``backport, <url>[, commit:<sha>]`` origin, else the PR the
+    change belongs to (from the change registry; None for support patches)."""
     from vllm_fork.changes import registry
+    from vllm_fork.series.patches import ORIGIN_BACKPORT, origin_fields
 
-    if origin.startswith("backport,"):
-        return origin.split(",", 1)[1].strip() or None
+    category, url, _ = origin_fields(origin)
+    if category == ORIGIN_BACKPORT:
+        return url
     entry = registry.find(change)
     return entry.pr_url if entry is not None else None
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork.build.inside import script
@@ -50,6 +52,40 @@ def env_key(requirements: Path, python_version: str) -> str:
 
 log = logging.getLogger(__name__)
 
+CONSTRAINTS = "vllm-fork-constraints.txt"
+
+
+def cpu_torch_exclusions(requirements: Path) -> list[str]:
+    """pip constraints that keep a CPU-only build of the pinned torch out of a
+    build environment. For ``torch==X`` pip takes ``X+cpu`` from a wheel
+    directory or mirror of the user's configuration over the index's device
+    build ``X`` (a local version label sorts after the public version), and a
+    precompiled or full build cannot run with it."""
+    out: list[str] = []
+    for line in requirements.read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if not text or text.startswith("-"):
+            continue
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != "torch":
+            continue
+        for spec in req.specifier:
+            if spec.operator == "==" and "+" not in spec.version and "*" not in spec.version:
+                out.append(f"torch!={spec.version}+cpu")
+    return out
+
+
+def _cpu_torch_installed(env_dir: Path) -> str | None:
+    """The installed torch's version when it is a CPU-only build, else None."""
+    for info in env_dir.glob("lib/python*/site-packages/torch-*.dist-info"):
+        version = info.name[len("torch-") : -len(".dist-info")]
+        if version.endswith("+cpu"):
+            return version
+    return None
+
 
 def ensure_build_env(config: Config, requirements: Path, python: str = sys.executable) -> Path:
     """The cached environment for ``requirements``, created on first use; its python."""
@@ -60,7 +96,13 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
     env_python = config.cache.build_env_python(key)
     with cache_lock(root):
         if (env_dir / READY).is_file():
-            return env_python
+            cpu_torch = _cpu_torch_installed(env_dir)
+            if cpu_torch is None:
+                return env_python
+            log.warning(
+                f"the build environment {env_dir} holds the CPU-only torch {cpu_torch}; "
+                "creating it again without it"
+            )
         shutil.rmtree(env_dir, ignore_errors=True)
         log.info(
             f"creating the build environment {env_dir} from {requirements.name} "
@@ -70,8 +112,11 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
         try:
             # pip's output is progress: to stderr, stdout carries only the command's result
             subprocess.run([python, "-m", "venv", env_dir], check=True, stdout=sys.stderr)
+            constraints = env_dir / CONSTRAINTS
+            constraints.write_text("".join(f"{c}\n" for c in cpu_torch_exclusions(requirements)))
             subprocess.run(
-                [env_python, "-m", "pip", "install", "--no-input", "-q", "-r", requirements],
+                [env_python, "-m", "pip", "install", "--no-input", "-q"]
+                + ["-r", str(requirements), "-c", str(constraints)],
                 check=True,
                 stdout=sys.stderr,
             )

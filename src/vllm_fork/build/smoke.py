@@ -65,7 +65,11 @@ def check_changes(
     lines: list[str] = []
     failures: list[str] = []
     patches = record["series"]["patches"]
+    left_out = record["series"].get("left_out", [])
     for change, finding in findings.items():
+        out = ", ".join(p["file"] for p in left_out if p["change"] == change)
+        if out:
+            lines.append(f"{change}: left out of this build (Fork-Build: full): {out}")
         related = [p for p in patches if p["change"] == change]
         carrying = [p for p in related if carries([p.get("part", PART_CHANGE)])]
         py = sorted({path for p in carrying for path in _py_paths(p.get("paths", []))})

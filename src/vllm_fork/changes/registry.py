@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from vllm_fork.probes.trees import SourceTree
 
 PR_URL = "https://github.com/vllm-project/vllm/pull/"
+# Patch headers write an upstream commit as ``commit:<sha>`` (DEP-3's commit notation).
+COMMIT_PREFIX = "commit:"
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,26 @@ class Change:
     tests: tuple[str, ...]  # the fork's test modules that prove it (paths in the vLLM tree)
     why: str  # one line: why the fork carries it
     retire_when: str  # one line: when the fork stops carrying it
+    # The PR's squash-merge commit on upstream's main: 40 hex digits, or the
+    # unique prefix that could be found (None: not found yet).
+    upstream_commit: str | None = None
+    # Who wrote the PR, as DEP-3 ``Author`` values ("Name <email>"; where no
+    # email could be found, "login <https://github.com/login>"): the commit's
+    # author, then each Co-authored-by. Every backport patch credits them.
+    upstream_authors: tuple[str, ...] = ()
 
     @property
     def pr_url(self) -> str | None:
         return f"{PR_URL}{self.pr}" if self.pr is not None else None
+
+    @property
+    def backport_origin(self) -> str | None:
+        """The ``Origin`` value of a patch that backports this change's PR:
+        ``backport, <PR url>[, commit:<sha>]`` (None: a vendor change)."""
+        if self.pr_url is None:
+            return None
+        commit = f", {COMMIT_PREFIX}{self.upstream_commit}" if self.upstream_commit else ""
+        return f"backport, {self.pr_url}{commit}"
 
     @property
     def hardening_ids(self) -> tuple[str, ...]:
@@ -117,23 +135,34 @@ CHANGES: tuple[Change, ...] = (
         hardening=(
             Hardening(
                 "python-dtype-check",
-                "ops.rotary_embedding rejects a cache of the wrong dtype, device or shape "
-                "before the op runs",
+                "ops.rotary_embedding passes exactly the query/cache dtype pairs the kernel "
+                "dispatches and rejects a cache of another dtype, device or shape before the op "
+                "runs",
             ),
             Hardening(
                 "bounded-dispatch",
                 "the kernel is instantiated only for cache dtype = query dtype or float32",
+            ),
+            Hardening(
+                "empty-batch",
+                "ops.rotary_embedding returns without calling the op on an empty batch "
+                "(upstream's kernel dies with SIGFPE)",
             ),
         ),
         probe="vllm_fork.probes.rope:probe_rope_cache_dtype",
         tests=(
             "tests/kernels/core/test_rotary_embedding_cache_dtype.py",
             "tests/kernels/core/test_rotary_embedding_cache_check.py",
+            "tests/kernels/core/test_rotary_embedding_empty_batch.py",
         ),
         why="0.20.0 copies the whole cos/sin cache to float32 on every call "
         "(+64 MiB, ~57 us at 256 tokens for a 131072 x 128 bf16 cache)",
         retire_when="the change once the oldest supported base is 0.21.0; the hardening "
-        "once upstream checks the cache before the op and bounds the dispatch",
+        "once upstream checks the cache before the op, bounds the dispatch and survives an "
+        "empty batch",
+        # author: v0.21.0 release notes (@jeejeelee), email from his sign-offs of that
+        # time; the merge commit was not found
+        upstream_authors=("Jee Jee Li <pandaleefree@gmail.com>",),
     ),
     Change(
         id="rope-fast-kernel",
@@ -170,15 +199,25 @@ CHANGES: tuple[Change, ...] = (
                 "no copy where it cannot be used (complex caches, non-AITER paths, bf16 caches)",
             ),
             Hardening("recompute-consistent", "the copy follows a cache a subclass recomputes"),
+            Hardening(
+                "refresh-in-place",
+                "the copy keeps its storage when the cache is refreshed and takes the new "
+                "values in place (captured graphs read it)",
+            ),
         ),
         probe="vllm_fork.probes.rope:probe_rope_bf16_buffer",
         tests=(
             "tests/rocm/aiter/test_rope_bf16_cache.py",
             "tests/rocm/aiter/test_rope_bf16_cache_hardening.py",
+            "tests/rocm/aiter/test_rope_bf16_cache_reload.py",
         ),
         why="a float32 cache (GPT-OSS) is cast once per rotary layer in every AITER decode graph",
         retire_when="the change once the oldest supported base is 0.23.0; the hardening "
-        "once upstream checks the copy's dtype and creates it only where it is used",
+        "once upstream checks the copy's dtype, creates it only where it is used and "
+        "refreshes it in place",
+        # commit and author: the commit's message (Signed-off-by), no co-authors
+        upstream_commit="de12f5ca0b8bcec55b6fa29174900360ef31cc0e",
+        upstream_authors=("Aakif Nawaz <aakif.nawaz@amd.com>",),
     ),
     Change(
         id="moe-bias-precast",
@@ -198,6 +237,10 @@ CHANGES: tuple[Change, ...] = (
         why="0.19.1 casts the correction bias to the router dtype on every AITER router call",
         retire_when="the change once the oldest supported base is 0.20.0; the pinning tests "
         "once upstream tests the precast itself",
+        # commit: 12-digit prefix; author: v0.20.0 release notes (@heachary), no name or
+        # email found
+        upstream_commit="fa4b70555bc1",
+        upstream_authors=("heachary <https://github.com/heachary>",),
     ),
     Change(
         id="dsv32-decode",
@@ -219,12 +262,14 @@ CHANGES: tuple[Change, ...] = (
             ),
             Hardening(
                 "no-reuse-without-host-seqlens",
-                "no reuse without the host copy of seq_lens, and no added device sync",
+                "no reuse without exact host seq_lens (either runner; none under "
+                "speculative decoding), and no added device sync",
             ),
             Hardening(
                 "bias-precision-guard",
-                "the bf16 router is kept only when the loaded bias, rounded, selects "
-                "the same experts",
+                "the bf16 router is kept only when rounding keeps the loaded bias's "
+                "distinct values apart and moves none by more than 2**-10; reloads "
+                "copy the bias in place",
             ),
         ),
         probe="vllm_fork.probes.moe:probe_dsv32_decode",
@@ -238,6 +283,10 @@ CHANGES: tuple[Change, ...] = (
         "unchanged sparse-MLA metadata and clears whole buffers",
         retire_when="the change once the oldest supported base is 0.23.0; the hardening "
         "once upstream fixes #47042 and guards the router precision",
+        # commit: 12-digit prefix; author: release notes (@frida-andersson), email from
+        # her sign-off on #50455
+        upstream_commit="0b56815a24f4",
+        upstream_authors=("Frida Andersson <fanderss@amd.com>",),
     ),
     Change(
         id="ar-rms-pack-gate",
@@ -248,8 +297,10 @@ CHANGES: tuple[Change, ...] = (
         files=(
             Landing("vllm/_aiter_ops.py"),
             Landing("vllm/envs.py"),
+            # the file exists from 0.25.0; the 1-stage gate moved into it in 0.30.0
+            # (before, it is in the fused ops of vllm/_aiter_ops.py)
             Landing(
-                "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.25.0"
+                "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.30.0"
             ),
         ),
         hardening=(
@@ -263,6 +314,10 @@ CHANGES: tuple[Change, ...] = (
         why="a hidden-size whitelist keeps shapes such as GPT-OSS's 2880 off the 1-stage kernel",
         retire_when="the change once the oldest supported base is 0.22.0; the switch once "
         "AITER fixes the wrong first graph replay after idle on gfx942",
+        # commit: 10-digit prefix; author: release notes (@akii96), name and email from
+        # the sign-off of #42833 by the same account
+        upstream_commit="be7a03ea65",
+        upstream_authors=("Aakif Nawaz <aakif.nawaz@amd.com>",),
     ),
 )
 

@@ -46,6 +46,10 @@ class ChangeStatus:
     hardening: dict[str, bool]
     # every patch carrying it is marked ``Fork-Build: full``: a precompiled wheel lacks it
     full_build_only: bool = False
+    # some, not all, of its patches are ``Fork-Build: full``: what a precompiled
+    # wheel, which leaves them out, has of the change (the probe of the series
+    # less those patches)
+    precompiled: Precompiled | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,25 @@ class ChangeStatus:
             "patches": list(self.patches),
             "hardening": dict(self.hardening),
             "full_build_only": self.full_build_only,
+            "precompiled": self.precompiled.to_json() if self.precompiled else None,
+        }
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """A change of which a precompiled build leaves some patches out."""
+
+    state: str
+    reason: str
+    left_out: tuple[str, ...]  # its patches marked ``Fork-Build: full``
+    hardening: dict[str, bool]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "left_out": list(self.left_out),
+            "hardening": dict(self.hardening),
         }
 
 
@@ -192,6 +215,36 @@ def patch_lifecycle(
     return lives, tuple(probed)
 
 
+def _precompiled_findings(
+    config: Workspace, tag: str, series: Series, tree: Path | None, full: set[str]
+) -> dict[str, Finding]:
+    """The probes' findings on what a precompiled build is made from: the base
+    with every patch but those marked ``Fork-Build: full`` (of the work tree's
+    commits when ``tree`` is given, else of the series files)."""
+    if tree is None:
+        return probe_all(
+            GitTree(
+                config.upstream_repo, series_tree(config.upstream_repo, tag, series.without(full))
+            )
+        )
+    with tempfile.TemporaryDirectory(prefix="vllm-fork-status-") as tmp:
+        env = git_env({"GIT_INDEX_FILE": os.path.join(tmp, "index")})
+        run_git(["read-tree", tag], cwd=tree, env=env)
+        for commit in series_commits(tree, tag):
+            if commit.subject in full:
+                continue
+            diff = run_git(
+                ["diff-tree", "-p", "--binary", commit.parent, commit.sha], cwd=tree
+            ).stdout
+            proc = run_git(["apply", "--cached"], cwd=tree, env=env, input=diff, check=False)
+            if proc.returncode != 0:
+                detail = proc.stderr.decode(errors="replace").strip()
+                raise PatchFailedError(
+                    f"{commit.subject} does not apply without the full-build-only patches: {detail}"
+                )
+        return probe_all(GitTree(tree, git_out(["write-tree"], cwd=tree, env=env)))
+
+
 def compute_status(
     config: Workspace, version: str | None, tree: Path | None = None
 ) -> StatusReport:
@@ -229,6 +282,13 @@ def compute_status(
             (p.name, h.change, h.part, h.build)
             for p, h in zip(series.patches, series.headers, strict=True)
         ]
+    full_names = {name for name, _, _, build in patches if build == BUILD_FULL}
+    mixed = {
+        change
+        for _, change, _, _ in patches
+        if {build for _, c, _, build in patches if c == change} == {BUILD_ANY, BUILD_FULL}
+    }
+    precompiled = _precompiled_findings(config, tag, series, tree, full_names) if mixed else patched
     changes = []
     for change in registry.change_ids():
         mine = [(name, part, build) for name, c, part, build in patches if c == change]
@@ -236,9 +296,23 @@ def compute_status(
             pristine[change], patched[change], [part for _, part, _ in mine]
         )
         full_only = bool(mine) and all(build == BUILD_FULL for _, _, build in mine)
+        partial = None
+        if change in mixed:
+            kept = [part for _, part, build in mine if build != BUILD_FULL]
+            pre_state, pre_reason, pre_hardening = classify(
+                pristine[change], precompiled[change], kept
+            )
+            left_out = tuple(name for name, _, build in mine if build == BUILD_FULL)
+            partial = Precompiled(pre_state, pre_reason, left_out, pre_hardening)
         changes.append(
             ChangeStatus(
-                change, state, reason, tuple(name for name, _, _ in mine), hardening, full_only
+                change,
+                state,
+                reason,
+                tuple(name for name, _, _ in mine),
+                hardening,
+                full_only,
+                partial,
             )
         )
     lives, probed = patch_lifecycle(
@@ -262,6 +336,15 @@ def format_status(report: StatusReport) -> str:
                 f"  {'':<{width}}  {'':<8}  full build only (Fork-Build: full): "
                 "a precompiled wheel lacks it"
             )
+        if c.precompiled:
+            pre = c.precompiled
+            line = (
+                f"  {'':<{width}}  {'':<8}  precompiled wheel (leaves out "
+                f"{', '.join(pre.left_out)}: Fork-Build: full): {pre.state}, {pre.reason}"
+            )
+            if pre.hardening:
+                line += f" [hardening {sum(pre.hardening.values())}/{len(pre.hardening)}]"
+            lines.append(line)
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")
     if report.lifecycle:

@@ -27,6 +27,7 @@ from pathlib import Path
 from vllm_fork.changes import registry
 from vllm_fork.changes.state import (
     CARRIED,
+    PART_CHANGE,
     PART_HARDENING,
     PART_TESTS,
     UPSTREAM,
@@ -57,19 +58,20 @@ def base_cell(
     change: registry.Change, version: str, parts: list[str], full_only: bool = False
 ) -> str:
     """One README cell: the change's state on ``version`` with its series' parts;
-    ``full_only``: every patch of it is marked ``Fork-Build: full``."""
+    ``full_only``: every ``change`` patch of it is marked ``Fork-Build: full`` (a
+    precompiled wheel lacks the change; its hardening patches may still be there)."""
     state = decide(change.expected_upstream(version), parts)
-    if state in (CARRIED, UPSTREAM) and PART_HARDENING in parts:
+    if full_only and state == CARRIED:
+        state += " (full build only)"
+    if state.startswith((CARRIED, UPSTREAM)) and PART_HARDENING in parts:
         state = f"{state} + hardening"
     elif state == UPSTREAM and PART_TESTS in parts:
         state = f"{state} (pinned by tests)"
-    if full_only and state.startswith(CARRIED):
-        state += " (full build only)"
     return state
 
 
 def readme_table(root: Path) -> str:
-    """Per change, its state on every base that has a series (the default marked)."""
+    """Per base that has a series (the default marked), the state of every change."""
     pins = load_pins(root / "bases.toml")
     versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
     parts: dict[str, dict[str, list[str]]] = {}
@@ -77,24 +79,22 @@ def readme_table(root: Path) -> str:
     for version in versions:
         series = load_series(root / "series" / version)
         by_change: dict[str, list[str]] = {}
-        builds: dict[str, set[str]] = {}
+        builds: dict[str, set[str]] = {}  # Fork-Build of each change's `change` patches
         for header in series.headers:
             by_change.setdefault(header.change, []).append(header.part)
-            builds.setdefault(header.change, set()).add(header.build)
+            if header.part == PART_CHANGE:
+                builds.setdefault(header.change, set()).add(header.build)
         parts[version] = by_change
         full_only[version] = {c for c, b in builds.items() if b == {BUILD_FULL}}
-    header = [
-        "id",
-        "upstream PR",
-        *(f"{v} (default)" if v == pins.default else v for v in versions),
-    ]
+    # One row per base: twenty bases side by side would not fit a screen.
+    changes = registry.changes()
+    header = ["base", *(f"{c.id} ({f'#{c.pr}' if c.pr else 'vendor'})" for c in changes)]
     rows = [
         [
-            c.id,
-            f"#{c.pr}" if c.pr else "- (vendor)",
-            *(base_cell(c, v, parts[v].get(c.id, []), c.id in full_only[v]) for v in versions),
+            f"{v} (default)" if v == pins.default else v,
+            *(base_cell(c, v, parts[v].get(c.id, []), c.id in full_only[v]) for c in changes),
         ]
-        for c in registry.changes()
+        for v in versions
     ]
     return _table(header, rows)
 

@@ -95,17 +95,25 @@ def _guarded_raises(fn: pyast.FuncDef) -> list[set[str]]:
     return out
 
 
-def _python_dtype_check(tree: SourceTree) -> bool:
-    """vllm/_custom_ops.py rejects a cache of the wrong dtype and of the wrong
-    device or shape before calling torch.ops._C.rotary_embedding."""
+def _op_wrappers(tree: SourceTree) -> tuple[ast.Module | None, list[pyast.FuncDef]]:
+    """vllm/_custom_ops.py and its functions calling torch.ops._C.rotary_embedding."""
     module = pyast.parse(tree.read_text(CUSTOM_OPS))
     if module is None:
-        return False
+        return None, []
     roots = [
         fn
         for fn in pyast.functions(module)
         if any("_C" in pyast.identifiers(c.func) for c in pyast.calls(fn, "rotary_embedding"))
     ]
+    return module, roots
+
+
+def _python_dtype_check(tree: SourceTree) -> bool:
+    """vllm/_custom_ops.py rejects a cache of the wrong dtype and of the wrong
+    device or shape before calling torch.ops._C.rotary_embedding."""
+    module, roots = _op_wrappers(tree)
+    if module is None:
+        return False
     dtype_ok = other_ok = False
     for fn in pyast.reachable(module, roots):
         for ids in _guarded_raises(fn):
@@ -116,6 +124,25 @@ def _python_dtype_check(tree: SourceTree) -> bool:
             if ids & {"device", "shape", "size", "dim", "ndim", "is_cuda"}:
                 other_ok = True
     return dtype_ok and other_ok
+
+
+def _empty_batch_return(tree: SourceTree) -> bool:
+    """The op wrapper returns before the op when the batch has no tokens: a
+    ``return`` under a test comparing ``numel()`` (or a size) with 0."""
+    _, roots = _op_wrappers(tree)
+    for fn in roots:
+        parent_of = pyast.parents(fn)
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Return):
+                continue
+            for test in pyast.guards(node, parent_of):
+                zero = any(
+                    isinstance(n, ast.Constant) and n.value == 0 and not isinstance(n.value, bool)
+                    for n in ast.walk(test)
+                )
+                if zero and pyast.identifiers(test) & {"numel", "size", "shape"}:
+                    return True
+    return False
 
 
 def probe_rope_cache_dtype(tree: SourceTree) -> Finding:
@@ -144,6 +171,7 @@ def probe_rope_cache_dtype(tree: SourceTree) -> Finding:
     hardening = {
         "python-dtype-check": _python_dtype_check(tree),
         "bounded-dispatch": separate and not copies and _bounded_dispatch(text),
+        "empty-batch": _empty_batch_return(tree),
     }
     if copies:
         return Finding(
@@ -233,6 +261,7 @@ def probe_rope_bf16_buffer(tree: SourceTree) -> Finding:
         "buffer-dtype-check": _checks_buffer_dtype(match_fns, name),
         "no-unusable-buffer": _creation_guarded(module, reg_fn, reg_call),
         "recompute-consistent": _recompute_consistent(module, cls, match_fns, name),
+        "refresh-in-place": _refreshed_in_place(cls, name),
     }
     return Finding(
         PRESENT,
@@ -307,4 +336,18 @@ def _recompute_consistent(
                         and pyast.identifiers(operand) & names
                     ):
                         return True
+    return False
+
+
+def _refreshed_in_place(cls: ast.ClassDef, name: str) -> bool:
+    """A method other than ``__init__`` copies new values into the bf16 copy
+    (``<copy>.copy_(...)``) instead of only binding a new tensor to it."""
+    for fn in pyast.functions(cls):
+        if fn.name == "__init__":
+            continue
+        names = _bound_names([fn], name)
+        for call in pyast.calls(fn, "copy_"):
+            receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+            if receiver is not None and pyast.identifiers(receiver) & names:
+                return True
     return False

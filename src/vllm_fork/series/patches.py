@@ -14,13 +14,26 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.changes.registry import COMMIT_PREFIX
 from vllm_fork.changes.state import PARTS
 from vllm_fork.errors import SeriesError
 from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
-KNOWN_TRAILERS = (*REQUIRED, "Bug", "Applied-Upstream", "Fork-Proof", "Fork-Build")
+KNOWN_TRAILERS = (
+    *REQUIRED,
+    "Author",
+    "Bug",
+    "Applied-Upstream",
+    "Fork-Proof",
+    "Fork-Build",
+)
+# ``Origin``: ``vendor`` (the fork's own work) or ``backport, <PR url>[, commit:<sha>]``;
+# ``Author``: one line per upstream author of a backport (series/credits.py checks both
+# against the change registry).
+ORIGIN_VENDOR = "vendor"
+ORIGIN_BACKPORT = "backport"
 # ``Fork-Build``: which builds can carry the patch. ``full``: only a build that
 # compiles the extensions (a precompiled build leaves the patch out and says so);
 # ``any`` (the default when absent): every build.
@@ -63,6 +76,16 @@ class TrailerFields:
         return self.get("Origin") or ""
 
     @property
+    def origin_url(self) -> str | None:
+        """The upstream PR url of a ``backport, <url>[, commit:<sha>]`` origin."""
+        return origin_fields(self.origin)[1]
+
+    @property
+    def authors(self) -> list[str]:
+        """The ``Author`` values (upstream authors of a backport), in order."""
+        return self.values("Author")
+
+    @property
     def forwarded(self) -> str:
         return self.get("Forwarded") or ""
 
@@ -82,6 +105,18 @@ class TrailerFields:
     @property
     def applied_upstream(self) -> str | None:
         return self.get("Applied-Upstream")
+
+
+def origin_fields(origin: str) -> tuple[str, str | None, str | None]:
+    """``(category, url, commit)`` of an ``Origin`` value such as
+    ``backport, https://github.com/vllm-project/vllm/pull/1, commit:abc123``
+    (url and commit None when absent)."""
+    category, *rest = [part.strip() for part in origin.split(",")]
+    url = next((p for p in rest if p and not p.startswith(COMMIT_PREFIX)), None)
+    commit = next(
+        (p.removeprefix(COMMIT_PREFIX) for p in rest if p.startswith(COMMIT_PREFIX)), None
+    )
+    return category, url, commit
 
 
 @dataclass(frozen=True)
@@ -163,9 +198,11 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
             f"{header.file}: unknown Fork-Build {header.build!r} (known: {', '.join(BUILD_VALUES)})"
         )
     origin = header.origin
-    if not (origin == "vendor" or origin.startswith("backport, ")):
+    category, url, _ = origin_fields(origin)
+    if not (origin == ORIGIN_VENDOR or (category == ORIGIN_BACKPORT and url)):
         raise SeriesError(
-            f"{header.file}: Origin must be 'vendor' or 'backport, <PR url>', got {origin!r}"
+            f"{header.file}: Origin must be 'vendor' or 'backport, <PR url>[, commit:<sha>]', "
+            f"got {origin!r}"
         )
 
 
@@ -206,7 +243,9 @@ class Series:
 
     def without(self, files: Collection[str]) -> Series:
         """This series less the patches named in ``files`` (file names)."""
-        kept = [(p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files]
+        kept = [
+            (p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files
+        ]
         return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
 
     def digest(self) -> str:

@@ -1,0 +1,83 @@
+"""The cached build environment keeps a CPU-only torch out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.build import env as build_env
+from vllm_fork.build.env import CONSTRAINTS, cpu_torch_exclusions, ensure_build_env
+from vllm_fork.cache import BUILD_ENV_READY
+from vllm_fork.config import Config
+
+REQS = """\
+# comment
+cmake>=3.26.1
+setuptools>=77.0.3,<81.0.0
+torch==2.13.0  # pinned
+--extra-index-url https://example.invalid/simple
+wheel
+"""
+
+
+def test_exclusions_name_the_cpu_build_of_the_pinned_torch(tmp_path: Path) -> None:
+    reqs = tmp_path / "cuda.txt"
+    reqs.write_text(REQS)
+    assert cpu_torch_exclusions(reqs) == ["torch!=2.13.0+cpu"]
+    reqs.write_text("torch>=2.11\nTorch==2.14.0+cu130\nnumpy==2.0.0\n")
+    assert cpu_torch_exclusions(reqs) == []
+
+
+def _fake_env(cache: Path, reqs: Path, torch_version: str) -> Path:
+    key = build_env.env_key(reqs, build_env._run_probe(sys.executable, "version")["python"])
+    env_dir = cache / "build-env" / key
+    site = env_dir / "lib" / "python3.11" / "site-packages"
+    (site / f"torch-{torch_version}.dist-info").mkdir(parents=True)
+    (env_dir / BUILD_ENV_READY).write_text(reqs.read_text())
+    return env_dir
+
+
+@pytest.fixture
+def pip_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+    real_run = subprocess.run
+
+    def run(cmd, **kwargs):
+        cmd = [str(c) for c in cmd]
+        if "-I" in cmd:  # the interpreter probe
+            return real_run(cmd, **kwargs)
+        calls.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            Path(cmd[3]).mkdir(parents=True, exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(build_env.subprocess, "run", run)
+    return calls
+
+
+def test_env_with_a_cpu_torch_is_made_again(tmp_path: Path, pip_calls: list[list[str]]) -> None:
+    reqs = tmp_path / "cuda.txt"
+    reqs.write_text(REQS)
+    env_dir = _fake_env(tmp_path / "cache", reqs, "2.13.0+cpu")
+    config = Config(root=tmp_path, cache_dir=tmp_path / "cache")
+
+    python = ensure_build_env(config, reqs)
+
+    assert python == env_dir / "bin" / "python"
+    (install,) = [c for c in pip_calls if "pip" in c]
+    assert install[install.index("-c") + 1] == str(env_dir / CONSTRAINTS)
+    assert (env_dir / CONSTRAINTS).read_text() == "torch!=2.13.0+cpu\n"
+    assert not list(env_dir.glob("lib/python*/site-packages/torch-*"))
+
+
+def test_env_with_a_device_torch_is_reused(tmp_path: Path, pip_calls: list[list[str]]) -> None:
+    reqs = tmp_path / "cuda.txt"
+    reqs.write_text(REQS)
+    env_dir = _fake_env(tmp_path / "cache", reqs, "2.13.0")
+    config = Config(root=tmp_path, cache_dir=tmp_path / "cache")
+
+    assert ensure_build_env(config, reqs) == env_dir / "bin" / "python"
+    assert pip_calls == []

@@ -1,0 +1,174 @@
+"""Upstream credit in the patch headers: every backport names the registry's
+PR, merge commit and authors (DEP-3 Origin / Author); the check reads the
+registry and reports a patch that lacks them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vllm_fork.changes import registry
+from vllm_fork.provenance import upstream_pr
+from vllm_fork.series import credits
+from vllm_fork.series.patches import load_series, origin_fields, parse_patch, validate_header
+
+ROOT = Path(__file__).resolve().parents[1]
+GATE = "0001-ROCm-AITER-Gate-the-1-stage-fused-allreduce-RMSNorm-.patch"
+SWITCH = "0002-ROCm-AITER-Add-a-switch-forcing-the-2-stage-fused-al.patch"
+
+
+def _series_versions() -> list[str]:
+    return sorted(p.name for p in (ROOT / "series").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("version", _series_versions())
+def test_every_committed_patch_credits_upstream_as_the_registry_says(version: str) -> None:
+    assert credits.check_series(load_series(ROOT / "series" / version)) == []
+
+
+def test_every_backport_of_the_committed_series_names_pr_commit_and_authors() -> None:
+    seen = set()
+    for version in _series_versions():
+        for header in load_series(ROOT / "series" / version).headers:
+            category, url, commit = origin_fields(header.origin)
+            if category == "backport":
+                change = registry.get(header.change)
+                assert url == change.pr_url and commit == change.upstream_commit, header.file
+                assert header.authors and header.authors == list(change.upstream_authors)
+                seen.add(change.id)
+            else:
+                assert header.origin == "vendor" and header.authors == [], header.file
+    assert seen == {c.id for c in registry.changes() if c.pr is not None}
+
+
+def test_registry_records_who_wrote_each_upstream_pr() -> None:
+    for change in registry.changes():
+        if change.pr is None:
+            assert change.backport_origin is None and not change.upstream_authors, change.id
+            continue
+        assert change.upstream_authors, change.id
+        for author in change.upstream_authors:
+            assert re.fullmatch(r"[^<>\n]+ <[^<>\s]+>", author), (change.id, author)
+        if change.upstream_commit is not None:
+            assert re.fullmatch(r"[0-9a-f]{10}|[0-9a-f]{12}|[0-9a-f]{40}", change.upstream_commit)
+
+
+def _copy(tmp_path: Path, name: str = GATE, version: str = "0.21.0") -> Path:
+    target = tmp_path / "series" / version / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "series" / version / name, target)
+    (target.parent / "series").write_text(f"{name}\n")
+    return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+
+
+def test_a_backport_without_authors_or_commit_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    patch = _copy(tmp_path)
+    _edit(patch, "Author: Aakif Nawaz <aakif.nawaz@amd.com>\n", "")
+    _edit(patch, ", commit:be7a03ea65\n", "\n")
+    problems = credits.credit_problems(parse_patch(patch))
+    assert len(problems) == 2
+    assert problems[0].startswith(f"{GATE}: Origin must be ")
+    assert "pull/42409, commit:be7a03ea65" in problems[0]
+    assert problems[1].startswith(f"{GATE}: Author lines must be Aakif Nawaz")
+
+    assert credits.main(["--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"0.21.0/{problem}" for problem in problems]
+
+
+def test_write_puts_back_the_credit_and_touches_nothing_else(tmp_path: Path) -> None:
+    patch = _copy(tmp_path)
+    pristine = patch.read_bytes()
+    _edit(patch, "Author: Aakif Nawaz <aakif.nawaz@amd.com>\n", "Author: Someone <x@y.z>\n")
+    _edit(patch, ", commit:be7a03ea65\n", "\n")
+    assert credits.main(["--root", str(tmp_path), "--write"]) == 0
+    assert patch.read_bytes() == pristine
+    assert credits.rewrite_credit(patch) is False  # already right: the file is left alone
+
+
+def test_a_vendor_patch_claiming_upstream_authors_is_reported(tmp_path: Path) -> None:
+    patch = _copy(tmp_path, SWITCH)
+    _edit(patch, "Origin: vendor\n", "Origin: vendor\nAuthor: Someone <x@y.z>\n")
+    (problem,) = credits.credit_problems(parse_patch(patch))
+    assert problem.startswith(f"{SWITCH}: Author lines must be none (the fork's own work)")
+    _edit(
+        patch, "Origin: vendor\n", "Origin: backport, https://github.com/vllm-project/vllm/pull/1\n"
+    )
+    problems = credits.credit_problems(parse_patch(patch))
+    assert problems[0].startswith(f"{SWITCH}: Origin must be 'vendor'")
+
+
+def test_the_check_reads_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    patch = _copy(tmp_path)
+    assert credits.credit_problems(parse_patch(patch)) == []
+    gate = registry.get("ar-rms-pack-gate")
+    moved = dataclasses.replace(
+        gate, upstream_commit="0123456789", upstream_authors=(*gate.upstream_authors, "B <b@c.d>")
+    )
+    monkeypatch.setattr(
+        registry, "CHANGES", tuple(moved if c is gate else c for c in registry.CHANGES)
+    )
+    problems = credits.credit_problems(parse_patch(patch))
+    assert "commit:0123456789" in problems[0]
+    want = f"{GATE}: Author lines must be Aakif Nawaz <aakif.nawaz@amd.com>, B <b@c.d>"
+    assert problems[1].startswith(want)
+    assert credits.rewrite_credit(patch)
+    text = patch.read_text()
+    assert "pull/42409, commit:0123456789\nAuthor: Aakif Nawaz <aakif.nawaz@amd.com>\n" in text
+    assert "Author: B <b@c.d>\nForwarded: not-needed\n" in text
+
+
+def test_origin_with_a_commit_is_a_valid_header_and_names_the_pr() -> None:
+    header = parse_patch(ROOT / "series" / "0.21.0" / GATE)
+    validate_header(header)
+    url = "https://github.com/vllm-project/vllm/pull/42409"
+    assert origin_fields(header.origin) == ("backport", url, "be7a03ea65")
+    assert header.origin_url == url
+    assert upstream_pr(header.change, header.origin) == url
+
+
+def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _copy(tmp_path / "a")
+    broken = _copy(tmp_path / "b")
+    broken.write_bytes(b"\xff\xfe not a patch\n")
+    runs = {
+        "no such series": (["--root", str(tmp_path / "a"), "0.99.0"], "no series for 0.99.0"),
+        "no series dir": (["--root", str(tmp_path / "nowhere")], "nowhere/series"),
+        "not a patch": (["--root", str(tmp_path / "b"), "--write"], "not a git format-patch"),
+    }
+    for name, (argv, message) in runs.items():
+        assert credits.main(argv) == 2, name
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1, (name, err)
+        assert err.startswith("vllm-fork: error: ") and message in err, (name, err)
+    assert broken.read_bytes() == b"\xff\xfe not a patch\n"  # left as it was
+
+
+def test_a_patch_not_from_the_fork_maintainers_is_reported_and_rewritten(tmp_path: Path) -> None:
+    patch = _copy(tmp_path, SWITCH)
+    pristine = patch.read_bytes()
+    _edit(
+        patch,
+        "From: vLLM ROCm fork maintainers\n <rocm-fork-maintainers@users.noreply.github.com>\n",
+        "From: Someone Else\n <someone@example.com>\n",
+    )
+    (problem,) = credits.credit_problems(parse_patch(patch))
+    assert problem == (
+        f"{SWITCH}: From must be 'vLLM ROCm fork maintainers "
+        "<rocm-fork-maintainers@users.noreply.github.com>', "
+        "got 'Someone Else <someone@example.com>'"
+    )
+    assert credits.rewrite_credit(patch)
+    assert patch.read_bytes() == pristine
