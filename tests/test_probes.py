@@ -44,6 +44,10 @@ EXPECTED = {
     "0.22.0": (P, A, A, P, A, P),
     "0.22.1": (P, A, A, P, A, P),
     "0.23.0": (P, A, P, P, P, P),
+    "0.24.0": (P, A, P, P, P, P),
+    "0.25.0": (P, A, P, P, P, P),
+    "0.25.1": (P, A, P, P, P, P),
+    "0.26.0": (P, A, P, P, P, P),
     "0.33.0": (P, A, P, P, P, P),
 }
 
@@ -94,8 +98,9 @@ def test_upstream_na_reasons(upstream_source):
 def test_upstream_lacks_our_hardening(upstream_source, version):
     found = probe_all(upstream_source(version))
     on = {(c, h) for c, f in found.items() for h, v in f.hardening.items() if v}
-    # 0.33.0 widened the metadata key to per-request query and context lengths
-    allowed = {("dsv32-decode", "complete-metadata-key")} if version == "0.33.0" else set()
+    # 0.26.0 widened the metadata key to per-request query and context lengths
+    wide_key = version in ("0.26.0", "0.33.0")
+    allowed = {("dsv32-decode", "complete-metadata-key")} if wide_key else set()
     assert on == allowed
 
 
