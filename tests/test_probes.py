@@ -459,6 +459,19 @@ def test_rope_fast_kernel_present(tmp_path: Path) -> None:
     assert "(VEC)" in f.reason
 
 
+def test_rope_fast_kernel_present_with_launch_bounds(tmp_path: Path) -> None:
+    # the kernel's launch bounds, as a macro after void or spelled out before it
+    for i, head in enumerate(
+        (
+            "__global__ void ROPE_LAUNCH_BOUNDS rotary_embedding_kernel(",
+            "__global__ __launch_bounds__(768) void rotary_embedding_kernel(",
+        )
+    ):
+        text = ROPE_VECTORIZED.replace("__global__ void rotary_embedding_kernel(", head)
+        f = probe("rope-fast-kernel", make_tree(tmp_path / str(i), {KERNEL_HEAD: text}))
+        assert f.state == P, f.reason
+
+
 def test_rope_fast_kernel_needs_every_trait(tmp_path: Path) -> None:
     unaligned = ROPE_VECTORIZED.replace("struct alignas(sizeof(T) * N) Vec", "struct Vec")
     f = probe("rope-fast-kernel", make_tree(tmp_path / "a", {KERNEL_HEAD: unaligned}))

@@ -19,10 +19,12 @@ from vllm_fork.probes.rope import _kernel_source as kernel_source
 from vllm_fork.probes.rope import probe_rope_cache_dtype
 from vllm_fork.probes.trees import SourceTree
 
-# a kernel's template head: template <...> __global__ void name(
+# a kernel's template head: template <...> __global__ void name(, with launch
+# bounds or an upper-case attribute macro (ROPE_LAUNCH_BOUNDS) before or after void
+_ATTRIBUTE = r"(?:__launch_bounds__\s*\([^)]*\)|[A-Z][A-Z0-9_]*)\s*"
 _KERNEL_HEAD = re.compile(
-    r"template\s*<(?P<params>[^{};]*?)>\s*__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-    r"void\s+(?P<name>\w+)\s*\("
+    rf"template\s*<(?P<params>[^{{}};]*?)>\s*__global__\s+(?:{_ATTRIBUTE})?"
+    rf"void\s+(?:{_ATTRIBUTE})?(?P<name>\w+)\s*\("
 )
 _INT_PARAM = re.compile(
     r"^(?:const\s+)?(?:unsigned\s+)?(?:int|int64_t|size_t|long)\s+(?P<name>\w+)$"
