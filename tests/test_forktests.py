@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.config import ENV_ROOT
+from vllm_fork.errors import ConfigError
 from vllm_fork.git import run_git
 from vllm_fork.testing.forktests import (
     NO_GPU_HERE,
@@ -18,6 +19,7 @@ from vllm_fork.testing.forktests import (
     parse_junit,
     patch_commits,
     prove_failing,
+    prove_jobs,
     run_fork_tests,
     sim_plugin_args,
 )
@@ -137,6 +139,33 @@ def test_prove_failing_judges_change_and_hardening(work_tree: Path) -> None:
     listed = run_git(["worktree", "list"], cwd=work_tree).stdout.decode().splitlines()
     assert len(listed) == 1
     assert run_git(["status", "--porcelain"], cwd=work_tree).stdout == b""
+
+
+def test_prove_failing_one_run_at_a_time_or_several_agrees(work_tree: Path) -> None:
+    def verdicts(jobs: int) -> list[tuple[str, str]]:
+        return [
+            (p.patch.subject, p.verdict)
+            for p in prove_failing(work_tree, sys.executable, jobs=jobs)
+        ]
+
+    serial = verdicts(1)
+    assert serial == verdicts(3)
+    assert ("Gate by pack size", "fails without the patch") in serial
+    assert len(run_git(["worktree", "list"], cwd=work_tree).stdout.decode().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_prove_jobs_rejects_a_bad_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("VLLM_FORK_PROVE_JOBS", value)
+    with pytest.raises(ConfigError, match="VLLM_FORK_PROVE_JOBS"):
+        prove_jobs()
+
+
+def test_prove_jobs_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_FORK_PROVE_JOBS", "3")
+    assert prove_jobs() == 3
+    monkeypatch.delenv("VLLM_FORK_PROVE_JOBS")
+    assert 1 <= prove_jobs() <= 4
 
 
 def _proofs(tree: Path) -> dict:

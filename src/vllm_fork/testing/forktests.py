@@ -26,8 +26,10 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,37 +314,68 @@ def run_fork_tests(tree: Path, python: str, extra_args: Sequence[str] = ()) -> P
     return run_pytest(tree, python, [*files, *self_test], extra_args=[*config, *extra_args])
 
 
+def prove_jobs() -> int:
+    """How many pytest runs ``prove_failing`` keeps going at once:
+    ``$VLLM_FORK_PROVE_JOBS``, or the CPUs this process may use (at most 4:
+    each run imports vLLM and torch, about 1-2 GB)."""
+    value = os.environ.get("VLLM_FORK_PROVE_JOBS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ConfigError(f"VLLM_FORK_PROVE_JOBS must be a positive integer, not {value!r}")
+        return int(value)
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 def prove_failing(
-    tree: Path, python: str, extra_args: Sequence[str] = (), quiet: bool = True
+    tree: Path,
+    python: str,
+    extra_args: Sequence[str] = (),
+    quiet: bool = True,
+    jobs: int | None = None,
 ) -> list[FailProof]:
     """Run each judged patch's tests on the tree with it (once, all together)
-    and on the tree without that patch."""
+    and on the tree without that patch; up to ``jobs`` (default
+    ``prove_jobs()``) of these runs at once, each in its own worktree."""
     commits = [c for c in patch_commits(tree) if c.test_files]
     gpu = has_gpu(python) if any(c.needs_gpu for c in commits) else False
     judged = [c for c in commits if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
     present = all_test_files(judged, tree)
-    with_all = (
-        run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet) if present else None
-    )
-    proofs = []
-    for commit in commits:
-        if commit not in judged:
-            proofs.append(FailProof(commit, None))
-            continue
-        with_ = with_all.of_files(commit.test_files) if with_all else None
+    # git serializes its own worktree bookkeeping badly under concurrency:
+    # adding and removing worktrees is done one at a time, the runs are not.
+    git_lock = threading.Lock()
+
+    def run_with() -> PytestOutcome | None:
+        if not present:
+            return None
+        return run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet)
+
+    def run_without(commit: PatchCommit) -> PytestOutcome:
         scratch = Path(tempfile.mkdtemp(prefix="vllm-fork-without-"))
         worktree = scratch / "tree"
         try:
-            run_git(["worktree", "add", "-q", "--detach", worktree, f"{commit.sha}^"], cwd=tree)
+            with git_lock:
+                run_git(["worktree", "add", "-q", "--detach", worktree, f"{commit.sha}^"], cwd=tree)
             run_git(["checkout", commit.sha, "--", *commit.test_files], cwd=worktree)
-            outcome = run_pytest(
+            return run_pytest(
                 worktree, python, commit.test_files, extra_args=extra_args, quiet=quiet
             )
-            proofs.append(FailProof(commit, outcome, with_))
         finally:
-            run_git(["worktree", "remove", "--force", worktree], cwd=tree, check=False)
-            run_git(["worktree", "prune"], cwd=tree, check=False)
+            with git_lock:
+                run_git(["worktree", "remove", "--force", worktree], cwd=tree, check=False)
+                run_git(["worktree", "prune"], cwd=tree, check=False)
             shutil.rmtree(scratch, ignore_errors=True)
+
+    with ThreadPoolExecutor(max_workers=jobs or prove_jobs()) as pool:
+        with_future = pool.submit(run_with)
+        without = {c.sha: pool.submit(run_without, c) for c in judged}
+        with_all = with_future.result()
+        proofs = []
+        for commit in commits:
+            if commit not in judged:
+                proofs.append(FailProof(commit, None))
+                continue
+            with_ = with_all.of_files(commit.test_files) if with_all else None
+            proofs.append(FailProof(commit, without[commit.sha].result(), with_))
     return proofs
 
 
