@@ -295,6 +295,8 @@ def compute_status(
         state, reason, hardening = classify(
             pristine[change], patched[change], [part for _, part, _ in mine]
         )
+        scope = registry.get(change)
+        hardening = scope.scoped_hardening(base.version, hardening)
         full_only = bool(mine) and all(build == BUILD_FULL for _, _, build in mine)
         partial = None
         if change in mixed:
@@ -302,6 +304,7 @@ def compute_status(
             pre_state, pre_reason, pre_hardening = classify(
                 pristine[change], precompiled[change], kept
             )
+            pre_hardening = scope.scoped_hardening(base.version, pre_hardening)
             left_out = tuple(name for name, _, build in mine if build == BUILD_FULL)
             partial = Precompiled(pre_state, pre_reason, left_out, pre_hardening)
         changes.append(
