@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.build import env as build_env
-from vllm_fork.build.env import CONSTRAINTS, cpu_torch_exclusions, ensure_build_env
+from vllm_fork.build.env import (
+    CONSTRAINTS,
+    BuildEnvError,
+    cpu_torch_exclusions,
+    ensure_build_env,
+    requirements_file,
+)
 from vllm_fork.cache import BUILD_ENV_READY
 from vllm_fork.config import Config
 
@@ -81,3 +87,42 @@ def test_env_with_a_device_torch_is_reused(tmp_path: Path, pip_calls: list[list[
 
     assert ensure_build_env(config, reqs) == env_dir / "bin" / "python"
     assert pip_calls == []
+
+
+@pytest.mark.parametrize(
+    ("files", "device", "expected"),
+    [
+        # 0.20.0 and later
+        (
+            ["requirements/build/cuda.txt", "requirements/build.txt"],
+            "cuda",
+            "requirements/build/cuda.txt",
+        ),
+        (["requirements/build/rocm.txt"], "rocm", "requirements/build/rocm.txt"),
+        # 0.19.1 and earlier
+        (
+            ["requirements/build.txt", "requirements/rocm-build.txt"],
+            "cuda",
+            "requirements/build.txt",
+        ),
+        (
+            ["requirements/build.txt", "requirements/rocm-build.txt"],
+            "rocm",
+            "requirements/rocm-build.txt",
+        ),
+    ],
+)
+def test_requirements_file_follows_the_base_layout(
+    tmp_path: Path, files: list[str], device: str, expected: str
+) -> None:
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("torch==2.10.0\n")
+    assert requirements_file(tmp_path, device) == tmp_path / expected
+
+
+def test_requirements_file_missing_names_what_it_looked_for(tmp_path: Path) -> None:
+    (tmp_path / "requirements/build.txt").parent.mkdir(parents=True)
+    (tmp_path / "requirements/build.txt").write_text("torch\n")
+    with pytest.raises(BuildEnvError, match="requirements/build/rocm.txt"):
+        requirements_file(tmp_path, "rocm")

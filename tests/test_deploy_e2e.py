@@ -93,3 +93,14 @@ def test_publish_install_smoke(default_wheel: Path, server: IndexServer, tmp_pat
     say(format_result(default_wheel, result))
     assert not result.failures
     say(f"e2e publish -> install -> smoke: {time.monotonic() - start:.0f} s wall")
+
+
+def test_the_release_checks_install_step_on_the_default_wheel(default_wheel: Path) -> None:
+    """What `release-check` runs per base after the build: the wheel alone,
+    pip-installed into a fresh venv, its files checked without importing vLLM."""
+    config = load_config(root=REPO)
+    result = smoke(config, default_wheel, deps=False)
+    say(format_result(default_wheel, result))
+    assert not result.failures
+    assert not result.imported
+    assert any(line.startswith("installed version") for line in result.lines)

@@ -67,7 +67,8 @@ def test_upstream_states(upstream_source, version):
     assert states == EXPECTED[version], {c: (f.state, f.reason) for c, f in found.items()}
     for cid, f in found.items():
         assert f.reason and "\n" not in f.reason
-        assert tuple(f.hardening) == registry.get(cid).hardening_ids
+        ids = registry.get(cid).hardening_ids
+        assert tuple(f.hardening) == tuple(i for i in ids if i not in f.hardening_na)
 
 
 @pytest.mark.network
@@ -900,6 +901,9 @@ def test_dsv32_without_metadata_call_needs_only_fills(tmp_path):
     tree = make_tree(tmp_path, {DEEPSEEK: ROUTER_BF16, SPARSE: BUILDER_NO_METADATA})
     f = probe("dsv32-decode", tree)
     assert f.state == A and "tail-fills" in f.reason and "n/a" in f.reason
+    # nor do the metadata key's hardening items: only the router's is counted
+    assert f.hardening == {"bias-precision-guard": False}
+    assert f.hardening_na == {"complete-metadata-key", "no-reuse-without-host-seqlens"}
     fills_only = BUILDER_CACHED.replace("get_mla_metadata_v1", "other_call")
     tree = make_tree(tmp_path, {SPARSE: fills_only})
     assert probe("dsv32-decode", tree).state == P

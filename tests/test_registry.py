@@ -220,3 +220,15 @@ def fork_tree(fork, version: str):
     from vllm_fork.sources.upstream import tag_for
 
     return GitTree(fork.config.upstream_repo, tag_for(version))
+
+
+def test_a_hardening_item_scoped_to_older_bases_is_left_out_after_them() -> None:
+    change = registry.get("rope-cache-dtype")
+    assert "bounded-dispatch" in change.hardening_at("0.20.2")
+    assert "bounded-dispatch" not in change.hardening_at("0.21.0")
+    found = {"python-dtype-check": True, "bounded-dispatch": False, "empty-batch": True}
+    assert change.scoped_hardening("0.33.0", found) == {
+        "python-dtype-check": True,
+        "empty-batch": True,
+    }
+    assert change.scoped_hardening("0.20.0", found) == found

@@ -390,3 +390,51 @@ def test_the_check_counts_where_upstreams_sdist_and_wheel_disagree(bases: Fork) 
     [row] = report.to_json()["bases"]
     assert row["sdist_wheel_disagree"] == 1
     assert "| 1 |" in check.format_report(report)
+
+
+def test_a_check_recorded_before_a_new_step_runs_that_step_only(
+    bases: Fork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result recorded by a tool with fewer steps is complete for those: a rerun
+    runs only the steps it lacks (here the installed-wheel check)."""
+    calls: list[str] = []
+    wheel = bases.tmp / "vllm-fake.whl"
+    wheel.write_bytes(b"not read")
+
+    def fake(name: str, result: dict):
+        def step(ctx: check.Context):
+            calls.append(name)
+            return dict(result)
+
+        return step
+
+    steps = {
+        "materialize": fake("materialize", {"patches": 1}),
+        "tests": fake("tests", {"passed": 1, "failed": 0, "errors": 0, "skipped": 0}),
+        "prove-fail": fake("prove-fail", {"proven": 1, "total": 1, "unproven": []}),
+        "wheel": fake("wheel", {"wheel": str(wheel), "built": True, "verified": True}),
+        "install": fake("install", {"installed": True, "checks": 3}),
+    }
+    monkeypatch.setattr(check, "STEP_FUNCTIONS", steps)
+    monkeypatch.setattr(check, "STEPS", ("materialize", "tests", "prove-fail", "wheel"))
+    first = check.release_check(bases.config, [GOOD])
+    assert first.passed and calls == ["materialize", "tests", "prove-fail", "wheel"]
+    assert first.to_json()["bases"][0]["installed"] is None
+
+    calls.clear()
+    monkeypatch.setattr(check, "STEPS", ("materialize", "tests", "prove-fail", "wheel", "install"))
+    second = check.release_check(bases.config, [GOOD])
+    assert calls == ["install"]
+    row = second.to_json()["bases"][0]
+    assert row["installed"] is True and second.passed
+    assert second.to_json()["total"]["wheels_installed"] == 1
+
+    calls.clear()
+    third = check.release_check(bases.config, [GOOD])
+    assert calls == [] and third.reused == {GOOD}
+
+
+def test_no_wheel_means_no_install_check(bases: Fork) -> None:
+    row = check.release_check(bases.config, [GOOD]).to_json()["bases"][0]
+    assert "install: no wheel" in row["reasons"]
+    assert row["installed"] is False

@@ -9,9 +9,10 @@ In one process on one GPU:
 2. an empty batch through each op, each in its own subprocess (a crash there
    must not end the benchmark);
 3. the device-to-device copy bandwidth, and per case the time of upstream's
-   kernel, the fork's, FlashInfer's (float32 cache, as it requires) and an
-   in-place scale of the same q and k, each as the median of 7 replays of a
-   CUDA graph of 20 calls (the replays of the ops interleaved), against the
+   kernel, the fork's, FlashInfer's (float32 cache, as it requires), an
+   in-place scale of the same q and k, and two touches (probe.cu) of only
+   the rotated bytes of q and k, each as the median of 7 replays of a CUDA
+   graph of 20 calls (the replays of the ops interleaved), against the
    floor = bytes that must move / that bandwidth.
 
 Writes results.md and results.json to --out. ``--dry-run`` checks the
@@ -46,6 +47,10 @@ NUM_Q_HEADS, NUM_KV_HEADS, MAX_POSITION = 32, 8, 131072
 TOKENS = (1, 256, 4096, 16384, 65536)
 HEADS = (64, 128, 256)
 CALLS, REPEATS = 20, 7
+# The touches (probe.cu): 512-thread blocks; 1 = one 16-byte piece per
+# thread in address order, 0 = each thread its x and y pieces (NeoX order).
+TOUCH_THREADS = 512
+TOUCHES = {"touch": 1, "touch_neox": 0}
 # name: (query dtype, cache dtype, is_neox, rot_dim / head_size) at 16384 x 128.
 VARIANTS = {
     "fp16": (F16, F16, True, 1.0),
@@ -304,6 +309,24 @@ def copy_bandwidth() -> float:
     return 2 * n / statistics.median(samples)
 
 
+def load_probe(build_root: Path) -> None:
+    """Build (or reuse) probe.cu: torch.ops.rope_probe.touch."""
+    from torch.utils.cpp_extension import load as load_extension
+
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    build = build_root / "probe"
+    build.mkdir(parents=True, exist_ok=True)
+    load_extension(
+        name="rope_probe",
+        sources=[str(HERE / "probe.cu")],
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3"],
+        build_directory=str(build),
+        is_python_module=False,
+        verbose=False,
+    )
+
+
 def time_case(ops, fi, tokens, head, qd, cd, neox, rot, bandwidth) -> dict:
     positions = torch.randint(0, MAX_POSITION, (tokens,), device="cuda")
     q = torch.randn(tokens, NUM_Q_HEADS * head, device="cuda", dtype=qd)
@@ -331,11 +354,16 @@ def time_case(ops, fi, tokens, head, qd, cd, neox, rot, bandwidth) -> dict:
     }
     fns["flashinfer"] = lambda: fi(positions, q, k, head, cache32, neox)
     fns["scale"] = lambda: (q.mul_(1.0), k.mul_(1.0))
-    # The same in-place scale of only the rotated part of each head: what the
-    # memory system gives for the access pattern of partial rotary.
-    q_rot = q.view(tokens, NUM_Q_HEADS, head)[..., :rot]
-    k_rot = k.view(tokens, NUM_KV_HEADS, head)[..., :rot]
-    fns["scale_rot"] = lambda: (q_rot.mul_(1.0), k_rot.mul_(1.0))
+    # What the memory system gives for the access pattern itself: read and
+    # write back only the rotated bytes of each head (no cache rows, no
+    # arithmetic), in 16-byte pieces.
+    touch = torch.ops.rope_probe.touch
+    head_bytes, rot_bytes = head * elem, rot * elem
+    for name, items in TOUCHES.items():
+        fns[name] = lambda items=items: (
+            touch(q, head_bytes, rot_bytes, TOUCH_THREADS, items),
+            touch(k, head_bytes, rot_bytes, TOUCH_THREADS, items),
+        )
     row.update(graphs_us(fns))
     row["flashinfer_cache"] = "fp32"
     return row
@@ -365,10 +393,16 @@ def targets(perf: list[dict]) -> list[str]:
             checks.append((ratio <= bound, f"fork/floor {ratio:.3f} <= {bound:.2f}"))
         ok = all(c for c, _ in checks)
         missed = [t for c, t in checks if not c]
+        note = ""
+        if bound is not None and r[FORK] / r["floor_us"] > bound and "touch" in r:
+            note = (
+                f"; touching the rotated bytes alone takes {r['touch']:.2f} us"
+                f" = {r['touch'] / r['floor_us']:.3f}x the floor"
+            )
         out.append(
             f"{'met' if ok else 'MISSED'}: {name}: "
             + "; ".join(t for _, t in checks)
-            + (f" (missed: {'; '.join(missed)})" if missed else "")
+            + (f" (missed: {'; '.join(missed)}{note})" if missed else "")
         )
     return out
 
@@ -381,19 +415,24 @@ def markdown(res: dict) -> str:
         f"kv heads, cache {MAX_POSITION} rows; CUDA graph of {CALLS} calls, median of "
         f"{REPEATS} replays; copy bandwidth {res['bandwidth'] / 1e12:.3f} TB/s; floor = "
         "rotated q+k bytes read and written + cache rows used, at that bandwidth. "
-        "FlashInfer reads a float32 cache (its only option).",
+        "FlashInfer reads a float32 cache (its only option). touch = reading and "
+        "writing back in place only the rotated bytes of q and k, in 16-byte pieces, "
+        f"one per thread in address order ({TOUCH_THREADS}-thread blocks); NeoX touch "
+        "= the same, each thread its x and y pieces as a NeoX kernel reads them; "
+        "neither reads cache rows (probe.cu).",
         "",
         "| head | tokens | query | cache | style | rot | upstream us | fork us | "
-        "FlashInfer us | scale us | rotated-part scale us | floor us | fork/floor | "
-        "fork/rotated-part scale | fork/FI | fork/upstream |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "FlashInfer us | scale us | touch us | NeoX touch us | floor us | fork/floor | "
+        "touch/floor | fork/touch | fork/FI | fork/upstream |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["perf"]:
         lines.append(
             f"| {r['head']} | {r['tokens']} | {r['query']} | {r['cache']} | {r['style']} | "
             f"{r['rot_dim']} | {r[UPSTREAM]:.2f} | {r[FORK]:.2f} | {r['flashinfer']:.2f} | "
-            f"{r['scale']:.2f} | {r['scale_rot']:.2f} | {r['floor_us']:.2f} | "
-            f"{r[FORK] / r['floor_us']:.3f} | {r[FORK] / r['scale_rot']:.3f} | "
+            f"{r['scale']:.2f} | {r['touch']:.2f} | {r['touch_neox']:.2f} | "
+            f"{r['floor_us']:.2f} | {r[FORK] / r['floor_us']:.3f} | "
+            f"{r['touch'] / r['floor_us']:.3f} | {r[FORK] / r['touch']:.3f} | "
             f"{r[FORK] / r['flashinfer']:.3f} | {r[FORK] / r[UPSTREAM]:.3f} |"
             + "".join(f" {v} {r[v]:.2f} |" for v in EXTRA if v in r)
         )
@@ -446,19 +485,21 @@ def main() -> int:
     t0 = time.time()
     os.environ["ROPE_FI_INCLUDE"] = str(args.flashinfer_include)
     with ProcessPoolExecutor(
-        3 + len(EXTRA), mp_context=multiprocessing.get_context("spawn")
+        4 + len(EXTRA), mp_context=multiprocessing.get_context("spawn")
     ) as pool:
         futs = [
             pool.submit(rope_ext._build_only, v, str(args.src), str(args.build))
             for v in (UPSTREAM, FORK, *EXTRA)
         ]
         futs.append(pool.submit(fi_ext.load, args.build))
+        futs.append(pool.submit(load_probe, args.build))
         for f in futs:
             f.result()
     print(f"built in {time.time() - t0:.0f} s", flush=True)
     ops = {v: rope_ext.load(v, args.src, args.build) for v in (UPSTREAM, FORK, *EXTRA)}
     fi_ext.load(args.build)
     fi = torch.ops.rope_flashinfer.apply
+    load_probe(args.build)
 
     res: dict = {
         "device": torch.cuda.get_device_name(),

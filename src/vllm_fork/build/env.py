@@ -37,12 +37,23 @@ class BuildEnvError(ForkError):
     """The build environment or toolchain cannot build what was asked."""
 
 
+# Where a base keeps its build requirements per device, newest layout first:
+# requirements/build/<device>.txt from 0.20.0, requirements/build.txt (cuda)
+# and requirements/<device>-build.txt before.
+_REQUIREMENTS_LAYOUTS = ("requirements/build/{device}.txt", "requirements/{device}-build.txt")
+_LEGACY_CUDA = "requirements/build.txt"
+
+
 def requirements_file(tree: Path, device: str) -> Path:
     """The base's own build requirements for ``device`` (empty mode uses cuda's)."""
-    path = Path(tree) / "requirements" / "build" / f"{device}.txt"
-    if not path.is_file():
-        raise BuildEnvError(f"the base has no {path.relative_to(tree)}")
-    return path
+    candidates = [layout.format(device=device) for layout in _REQUIREMENTS_LAYOUTS]
+    if device == "cuda":
+        candidates.insert(1, _LEGACY_CUDA)
+    for name in candidates:
+        path = Path(tree) / name
+        if path.is_file():
+            return path
+    raise BuildEnvError(f"the base has no {candidates[0]} (nor {', '.join(candidates[1:])})")
 
 
 def env_key(requirements: Path, python_version: str) -> str:

@@ -44,6 +44,7 @@ class SmokeResult:
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     imported: bool = True
+    deps: bool = True  # installed with its dependencies
 
 
 log = logging.getLogger(__name__)
@@ -109,11 +110,14 @@ def smoke(
     python: str = sys.executable,
     installed: Path | None = None,
     import_vllm: bool = True,
+    deps: bool = True,
 ) -> SmokeResult:
     """Install ``wheel_path`` into a fresh venv and check it; or, given ``installed`` (a
     venv where the wheel was installed some other way, e.g. from an index), check that.
     ``import_vllm=False``: read the installed files only (an install without dependencies).
+    ``deps=False``: install the wheel alone (``pip --no-deps``); vLLM is then not imported.
     """
+    import_vllm = import_vllm and deps
     wheel_path = Path(wheel_path).resolve()
     with Wheel(wheel_path) as wheel:
         if not wheel.has(PACKAGE_PATH):
@@ -133,9 +137,13 @@ def smoke(
         install_seconds = 0.0
         if installed is None:
             subprocess.run([python, "-m", "venv", venv], check=True)
-            log.info(f"installing {wheel_path.name} with its dependencies into {venv}")
+            what = "with its dependencies" if deps else "alone (--no-deps)"
+            log.info(f"installing {wheel_path.name} {what} into {venv}")
             t0 = time.monotonic()
-            proc = subprocess.run([vpy, "-m", "pip", "install", "--no-input", "-q", wheel_path])
+            no_deps = [] if deps else ["--no-deps"]
+            proc = subprocess.run(
+                [vpy, "-m", "pip", "install", "--no-input", "-q", *no_deps, wheel_path]
+            )
             install_seconds = time.monotonic() - t0
             if proc.returncode != 0:
                 raise SmokeFailed(
@@ -157,7 +165,7 @@ def smoke(
             tail = "\n".join(proc2.stderr.strip().splitlines()[-20:])
             raise SmokeFailed(f"`import vllm` failed in the new venv:\n{tail}")
         info = json.loads(proc2.stdout.strip().splitlines()[-1])
-        result = SmokeResult(install_seconds, import_seconds, info, imported=import_vllm)
+        result = SmokeResult(install_seconds, import_seconds, info, imported=import_vllm, deps=deps)
         for key, label in (("version", "vllm.__version__"), ("dist_version", "installed version")):
             if info[key] == expected:
                 result.lines.append(f"{label} {info[key]}")
@@ -203,7 +211,8 @@ def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
 def format_result(wheel: Path, result: SmokeResult) -> str:
     lines = [
         f"smoke {Path(wheel).name}",
-        f"install (with dependencies): {result.install_seconds:.0f} s",
+        f"install ({'with its dependencies' if result.deps else 'alone, --no-deps'}): "
+        f"{result.install_seconds:.0f} s",
         f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})"
         if result.imported
         else f"import vllm: not run (installed files only; Python {result.info['python']})",

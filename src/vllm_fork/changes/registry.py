@@ -32,6 +32,12 @@ class Hardening:
 
     id: str
     description: str  # one line
+    # last release the item applies to (None: every one), and why not after it
+    until: str | None = None
+    until_why: str = ""
+
+    def applies_at(self, version: str) -> bool:
+        return self.until is None or Version(version) <= Version(self.until)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,15 @@ class Change:
     def hardening_ids(self) -> tuple[str, ...]:
         return tuple(h.id for h in self.hardening)
 
+    def hardening_at(self, version: str) -> tuple[str, ...]:
+        """The ids of the hardening items that apply to ``version``."""
+        return tuple(h.id for h in self.hardening if h.applies_at(version))
+
+    def scoped_hardening(self, version: str, found: dict[str, bool]) -> dict[str, bool]:
+        """``found`` (a probe's hardening) less the items that do not apply to ``version``."""
+        keep = set(self.hardening_at(version))
+        return {k: v for k, v in found.items() if k in keep}
+
     def probe_fn(self) -> Callable[[SourceTree], Finding]:
         module, _, name = self.probe.partition(":")
         return getattr(importlib.import_module(module), name)
@@ -142,6 +157,10 @@ CHANGES: tuple[Change, ...] = (
             Hardening(
                 "bounded-dispatch",
                 "the kernel is instantiated only for cache dtype = query dtype or float32",
+                until="0.20.2",
+                until_why="from 0.21.0 upstream's kernel takes every query/cache dtype pair, "
+                "and the fork keeps that dispatch for out-of-tree callers: "
+                "python-dtype-check follows it",
             ),
             Hardening(
                 "empty-batch",

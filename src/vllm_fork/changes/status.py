@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,14 +152,14 @@ def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[
     if path.is_file():
         try:
             data = json.loads(path.read_text())
-            return {change: Finding(**value) for change, value in data.items()}
+            return {change: Finding.from_json(value) for change, value in data.items()}
         except (ValueError, TypeError):
             log.debug("ignoring the unreadable probe cache %s", path)
     tag = ensure_upstream(config, base, fetcher)
     findings = probe_all(GitTree(config.upstream_repo, tag))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({c: asdict(f) for c, f in findings.items()}, sort_keys=True))
+    tmp.write_text(json.dumps({c: f.to_json() for c, f in findings.items()}, sort_keys=True))
     tmp.replace(path)
     return findings
 
@@ -295,6 +295,8 @@ def compute_status(
         state, reason, hardening = classify(
             pristine[change], patched[change], [part for _, part, _ in mine]
         )
+        scope = registry.get(change)
+        hardening = scope.scoped_hardening(base.version, hardening)
         full_only = bool(mine) and all(build == BUILD_FULL for _, _, build in mine)
         partial = None
         if change in mixed:
@@ -302,6 +304,7 @@ def compute_status(
             pre_state, pre_reason, pre_hardening = classify(
                 pristine[change], precompiled[change], kept
             )
+            pre_hardening = scope.scoped_hardening(base.version, pre_hardening)
             left_out = tuple(name for name, _, build in mine if build == BUILD_FULL)
             partial = Precompiled(pre_state, pre_reason, left_out, pre_hardening)
         changes.append(

@@ -142,9 +142,16 @@ def changes_table(_root: Path | None = None) -> str:
 
 def hardening_table(_root: Path | None = None) -> str:
     rows = [
-        [f"`{c.id}`", f"`{h.id}`", h.description] for c in registry.changes() for h in c.hardening
+        [
+            f"`{c.id}`",
+            f"`{h.id}`",
+            h.description,
+            "every base" if h.until is None else f"up to {h.until}: {h.until_why}",
+        ]
+        for c in registry.changes()
+        for h in c.hardening
     ]
-    return _table(["change", "hardening item", "what it adds"], rows)
+    return _table(["change", "hardening item", "what it adds", "bases"], rows)
 
 
 def lifecycle_table(_root: Path | None = None) -> str:

@@ -49,7 +49,7 @@ def build_args(p: argparse.ArgumentParser) -> None:
         "--build-python",
         metavar="PYTHON",
         help="use this interpreter's packages to build (default: a cached venv "
-        "made from the base's requirements/build/<device>.txt)",
+        "made from the base's build requirements, requirements/build/<device>.txt)",
     )
     p.add_argument(
         "--plat-name",

@@ -134,7 +134,11 @@ def make_notes(
         found = (findings or {}).get(change.id)
         for item in change.hardening:
             mark = ""
-            if found is not None:
+            if not item.applies_at(base["version"]) or (
+                found is not None and item.id in found.hardening_na
+            ):
+                mark = " (does not apply to this base)"
+            elif found is not None:
                 mark = (
                     " (in this build)" if found.hardening.get(item.id) else " (not in this build)"
                 )

@@ -20,20 +20,25 @@ from vllm_fork.probes.trees import DirTree, GitTree, SourceTree
 def probe(change_id: str, tree: SourceTree) -> Finding:
     """Probe one change; raises ValueError for an unknown change id.
 
-    The finding's hardening has exactly the change's registered items, in
-    registry order: items the probe did not report are not found; an item the
-    registry does not know is a bug in the probe.
+    The finding's hardening has the change's registered items, in registry
+    order, less those the probe says the tree has no code for
+    (``hardening_na``): items the probe did not report are not found; an item
+    the registry does not know is a bug in the probe.
     """
     change = registry.get(change_id)
     found = change.probe_fn()(tree)
-    unknown = set(found.hardening) - set(change.hardening_ids)
+    unknown = (set(found.hardening) | found.hardening_na) - set(change.hardening_ids)
     if unknown:
         raise ValueError(
             f"probe of {change_id} reports unregistered hardening item(s): "
             + ", ".join(sorted(unknown))
         )
-    hardening = {item: bool(found.hardening.get(item, False)) for item in change.hardening_ids}
-    return Finding(found.state, found.reason, hardening)
+    hardening = {
+        item: bool(found.hardening.get(item, False))
+        for item in change.hardening_ids
+        if item not in found.hardening_na
+    }
+    return Finding(found.state, found.reason, hardening, found.hardening_na)
 
 
 def probe_all(tree: SourceTree) -> dict[str, Finding]:

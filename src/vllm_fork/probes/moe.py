@@ -278,21 +278,29 @@ def probe_dsv32_decode(tree: SourceTree) -> Finding:
     if key_guards:
         hardening["complete-metadata-key"] = _complete_key(key_fn, key_guards)
         hardening["no-reuse-without-host-seqlens"] = _host_seqlens_guard(sparse, key_fn)
+    # no metadata call in the builder: no reuse for its key to harden
+    metadata_na = (
+        frozenset({"complete-metadata-key", "no-reuse-without-host-seqlens"})
+        if meta_state == NA
+        else frozenset()
+    )
     hardening["bias-precision-guard"] = _bias_guard(model) is not None
     applicable = {k: v for k, v in parts.items() if v[0] != NA}
     if not applicable:
-        return Finding(NA, "; ".join(f"{k}: {d}" for k, (_, d) in parts.items()), hardening)
+        return Finding(
+            NA, "; ".join(f"{k}: {d}" for k, (_, d) in parts.items()), hardening, metadata_na
+        )
     missing = [f"{k} ({d})" for k, (s, d) in applicable.items() if s != PRESENT]
     na = [f"{k} n/a ({d})" for k, (s, d) in parts.items() if s == NA]
     if missing:
         reason = "missing: " + "; ".join(missing)
         if na:
             reason += "; " + "; ".join(na)
-        return Finding(ABSENT, reason, hardening)
+        return Finding(ABSENT, reason, hardening, metadata_na)
     reason = "; ".join(d for _, d in applicable.values())
     if na:
         reason += "; " + "; ".join(na)
-    return Finding(PRESENT, reason, hardening)
+    return Finding(PRESENT, reason, hardening, metadata_na)
 
 
 _QUERY_LENS = re.compile(

@@ -367,7 +367,8 @@ def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) 
             [p.part for p in mine],
             failed=any(p.result == P_FAILED for p in mine),
         )
-        row.changes[change] = ChangeCell(state, finding.reason, dict(finding.hardening), names)
+        hardening = registry.get(change).scoped_hardening(row.version, dict(finding.hardening))
+        row.changes[change] = ChangeCell(state, finding.reason, hardening, names)
     return row
 
 

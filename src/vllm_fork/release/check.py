@@ -39,7 +39,9 @@ from vllm_fork.sources.pins import Pins, load_pins
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
-STEPS = ("materialize", "tests", "prove-fail", "wheel")
+STEPS = ("materialize", "tests", "prove-fail", "wheel", "install")
+# the steps that need a wheel (left out by --no-wheel)
+WHEEL_STEPS = ("wheel", "install")
 OK = "ok"
 FAILED = "failed"
 NOT_RUN = "not run"
@@ -293,11 +295,28 @@ def step_wheel(ctx: Context) -> dict[str, Any]:
     return {"wheel": str(result.wheel), "built": True, "verified": True}
 
 
+def step_install(ctx: Context) -> dict[str, Any]:
+    """pip installs the wheel alone (``--no-deps``) into a fresh venv; the installed
+    files must carry the wheel's version, its provenance record and every change
+    the series carries in Python files (``vllm-fork smoke`` without the import)."""
+    from vllm_fork.build.smoke import smoke
+
+    wheel = Path(ctx.state.steps["wheel"]["wheel"])
+    result = smoke(ctx.config, wheel, deps=False, import_vllm=False)
+    if result.failures:
+        raise StepFailed(
+            f"installed wheel: {result.failures[0]}",
+            {"installed": True, "failures": result.failures},
+        )
+    return {"installed": True, "checks": len(result.lines)}
+
+
 STEP_FUNCTIONS: dict[str, Step] = {
     "materialize": step_materialize,
     "tests": step_tests,
     "prove-fail": step_prove_fail,
     "wheel": step_wheel,
+    "install": step_install,
 }
 
 
@@ -332,13 +351,16 @@ def check_base(
             if not step.get("retry") and step.get("status") != NOT_RUN
         }
         state.finished = False
+    steps = [s for s in STEPS if wheel or s not in WHEEL_STEPS]
     if state is not None and state.finished:
-        return state, True
+        if all(name in state.steps for name in steps):
+            return state, True
+        # recorded by a tool that had fewer steps: run the new ones only
+        state.finished = False
     if state is None:
         state = BaseState(version=version, digest=digest, inputs=data)
         save_state(config, state)
     ctx = Context(config, version, state, torch, out_dir or state_dir(config) / "wheels" / version)
-    steps = [s for s in STEPS if wheel or s != "wheel"]
     for name in steps:
         if name in state.steps:
             log.info("%s: %s already recorded (%s)", version, name, state.steps[name]["status"])
@@ -346,6 +368,10 @@ def check_base(
         tree_made = state.steps.get("materialize", {}).get("status") == OK
         if name in ("tests", "prove-fail") and not tree_made:
             state.steps[name] = {"status": NOT_RUN, "reason": "no work tree", "seconds": 0}
+            save_state(config, state)
+            continue
+        if name == "install" and state.steps.get("wheel", {}).get("status") != OK:
+            state.steps[name] = {"status": NOT_RUN, "reason": "no wheel", "seconds": 0}
             save_state(config, state)
             continue
         log.info("%s: %s", version, name)
@@ -396,6 +422,7 @@ class Report:
         total["bases"] = len(rows)
         total["bases_passed"] = sum(r["result"] == OK for r in rows)
         total["wheels_verified"] = sum(bool(r["verified"]) for r in rows)
+        total["wheels_installed"] = sum(bool(r["installed"]) for r in rows)
         total["seconds"] = round(sum(float(r["seconds"]) for r in rows), 1)
         total["run_seconds"] = round(self.seconds, 1)
         return {"bases": rows, "total": total}
@@ -407,6 +434,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
     tests = steps.get("tests", {})
     proof = steps.get("prove-fail", {})
     wheel = steps.get("wheel", {})
+    install = steps.get("install", {})
     made = steps.get("materialize", {})
     reasons = [
         f"{name}: {step['reason']}"
@@ -425,6 +453,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
         "proven_of": proof.get("total"),
         "built": bool(wheel.get("built")) if wheel else None,
         "verified": bool(wheel.get("verified")) if wheel else None,
+        "installed": install.get("status") == OK if install else None,
         "wheel": wheel.get("wheel"),
         "sdist_wheel_disagree": made.get("sdist_wheel_disagree"),
         "seconds": round(state.seconds, 1),
@@ -447,8 +476,8 @@ def format_report(report: Report) -> str:
     data = report.to_json()
     lines = [
         "| base | tests passed | failed | skipped | prove-fail | wheel built | verified "
-        "| sdist/wheel disagree | time (s) | result |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| installed | sdist/wheel disagree | time (s) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["bases"]:
         proof = f"{r['proven']}/{r['proven_of']}" if r["proven_of"] is not None else "-"
@@ -456,14 +485,15 @@ def format_report(report: Report) -> str:
         lines.append(
             f"| {r['base']} | {_cell(r['passed'])} | {_cell(r['failed'])} "
             f"| {_cell(r['skipped'])} | {proof} | {_cell(r['built'])} "
-            f"| {_cell(r['verified'])} | {_cell(r['sdist_wheel_disagree'])} "
+            f"| {_cell(r['verified'])} | {_cell(r['installed'])} "
+            f"| {_cell(r['sdist_wheel_disagree'])} "
             f"| {r['seconds']:.0f} | {result} |"
         )
     t = data["total"]
     lines.append(
         f"| **total** ({t['bases_passed']}/{t['bases']} ok) | {t['passed']} | {t['failed']} "
         f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
-        f"| | {t['seconds']:.0f} | |"
+        f"| {t['wheels_installed']} | | {t['seconds']:.0f} | |"
     )
     notes = [f"- {r['base']}: {reason}" for r in data["bases"] for reason in r["reasons"]]
     if notes:
@@ -519,21 +549,21 @@ def format_last_checks(config: Config, versions: Sequence[str]) -> str:
     rows = last_checks(config)
     lines = [
         "| release | series | last release check | tests passed/failed/skipped "
-        "| prove-fail | wheel verified |",
-        "|---|---|---|---|---|---|",
+        "| prove-fail | wheel verified | installed |",
+        "|---|---|---|---|---|---|---|",
     ]
     for version in versions:
         series = f"series/{version}" if has_series(config, version) else "-"
         row = rows.get(version)
         if row is None:
-            lines.append(f"| {version} | {series} | never | - | - | - |")
+            lines.append(f"| {version} | {series} | never | - | - | - | - |")
             continue
         stale = "" if row["current"] else " (inputs changed since)"
         tests = "/".join(_cell(row[k]) for k in ("passed", "failed", "skipped"))
         proof = f"{row['proven']}/{row['proven_of']}" if row["proven_of"] is not None else "-"
         lines.append(
             f"| {version} | {series} | {row['result']}{stale} at {row['checked_at'] or '?'} "
-            f"| {tests} | {proof} | {_cell(row['verified'])} |"
+            f"| {tests} | {proof} | {_cell(row['verified'])} | {_cell(row.get('installed'))} |"
         )
     return "\n".join(lines)
 
