@@ -324,15 +324,20 @@ def compute_status(
     return StatusReport(base.version, names, tuple(changes), aiter, lives, probed)
 
 
+def _hardening_count(hardening: dict[str, bool]) -> str:
+    """`` [hardening found/applicable]``, or nothing when no item applies."""
+    if not hardening:
+        return ""
+    return f" [hardening {sum(hardening.values())}/{len(hardening)}]"
+
+
 def format_status(report: StatusReport) -> str:
     lines = [f"vLLM {report.version} + {len(report.patches)} patch(es) ({tag_for(report.version)})"]
     lines.append(f"  AITER pinned by docker/Dockerfile.rocm_base: {report.aiter or 'none'}")
     width = max(len(c.change) for c in report.changes) if report.changes else 0
     for c in report.changes:
         line = f"  {c.change:<{width}}  {c.state:<8}  {c.reason}"
-        if c.hardening:
-            done = sum(c.hardening.values())
-            line += f" [hardening {done}/{len(c.hardening)}]"
+        line += _hardening_count(c.hardening)
         lines.append(line)
         if c.full_build_only:
             lines.append(
@@ -345,8 +350,7 @@ def format_status(report: StatusReport) -> str:
                 f"  {'':<{width}}  {'':<8}  precompiled wheel (leaves out "
                 f"{', '.join(pre.left_out)}: Fork-Build: full): {pre.state}, {pre.reason}"
             )
-            if pre.hardening:
-                line += f" [hardening {sum(pre.hardening.values())}/{len(pre.hardening)}]"
+            line += _hardening_count(pre.hardening)
             lines.append(line)
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")

@@ -42,6 +42,12 @@ SCHEMA = 1
 STEPS = ("materialize", "tests", "prove-fail", "wheel", "install")
 # the steps that need a wheel (left out by --no-wheel)
 WHEEL_STEPS = ("wheel", "install")
+# a step that needs another's result: the step it needs, and what is missing without it
+NEEDS = {
+    "tests": ("materialize", "no work tree"),
+    "prove-fail": ("materialize", "no work tree"),
+    "install": ("wheel", "no wheel"),
+}
 OK = "ok"
 FAILED = "failed"
 NOT_RUN = "not run"
@@ -365,13 +371,9 @@ def check_base(
         if name in state.steps:
             log.info("%s: %s already recorded (%s)", version, name, state.steps[name]["status"])
             continue
-        tree_made = state.steps.get("materialize", {}).get("status") == OK
-        if name in ("tests", "prove-fail") and not tree_made:
-            state.steps[name] = {"status": NOT_RUN, "reason": "no work tree", "seconds": 0}
-            save_state(config, state)
-            continue
-        if name == "install" and state.steps.get("wheel", {}).get("status") != OK:
-            state.steps[name] = {"status": NOT_RUN, "reason": "no wheel", "seconds": 0}
+        needed, missing = NEEDS.get(name, (None, ""))
+        if needed is not None and state.steps.get(needed, {}).get("status") != OK:
+            state.steps[name] = {"status": NOT_RUN, "reason": missing, "seconds": 0}
             save_state(config, state)
             continue
         log.info("%s: %s", version, name)
