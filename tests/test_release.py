@@ -111,7 +111,7 @@ def test_every_supported_base_is_checked_and_failures_are_reported(bases: Fork) 
     assert any(f"no series/{BARE}" in r for r in rows[BARE]["reasons"])
     assert not report.passed
     table = check.format_report(report)
-    assert f"| {GOOD} | 1 | 0 | 0 | 1/1 |" in table
+    assert f"| {GOOD} | none affected (0) | 1 | 0 | 0 | 1/1 |" in table
     assert "**total** (1/3 ok)" in table
 
 
@@ -148,8 +148,8 @@ def test_resume_after_a_kill_redoes_only_the_missing_steps(
         run_check(bases, GOOD)
     state = check.load_state(bases.config, GOOD)
     assert state is not None and not state.finished
-    assert set(state.steps) == {"materialize", "tests"}
-    assert calls == ["materialize", "tests"]
+    assert set(state.steps) == {"materialize", "known-issues", "tests"}
+    assert calls == ["materialize", "known-issues", "tests"]
 
     calls.clear()
     monkeypatch.setattr(check, "STEP_FUNCTIONS", steps)
@@ -164,7 +164,7 @@ def test_resume_after_a_kill_redoes_only_the_missing_steps(
     assert "ok (recorded)" in check.format_report(again)
 
     run_check(bases, GOOD, force=True)
-    assert calls == ["materialize", "tests", "prove-fail"]
+    assert calls == ["materialize", "known-issues", "tests", "prove-fail"]
 
 
 def test_a_changed_series_is_checked_again(bases: Fork) -> None:

@@ -18,6 +18,7 @@ __all__ = ["ENV_CACHE", "Config", "default_cache_dir", "find_root", "load_config
 ENV_OFFLINE = "VLLM_FORK_OFFLINE"
 ENV_ROOT = "VLLM_FORK_ROOT"
 BASES_FILE = "bases.toml"
+KNOWN_ISSUES_FILE = "known-issues.toml"
 
 
 def _truthy(value: str | None) -> bool:
@@ -56,6 +57,10 @@ class Config:
     @property
     def bases_file(self) -> Path:
         return self.root / BASES_FILE
+
+    @property
+    def known_issues_file(self) -> Path:
+        return self.root / KNOWN_ISSUES_FILE
 
     @property
     def series_root(self) -> Path:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_fork.config import Config
 
 if TYPE_CHECKING:
+    from vllm_fork.changes.known_issues import KnownIssue
     from vllm_fork.series.patches import Series
     from vllm_fork.sources.fetch import Fetcher
     from vllm_fork.sources.pins import Base, Pins
@@ -72,6 +73,22 @@ class Workspace(Config):
         if held is None or held[0] != now:
             log.debug(f"loading {self.bases_file}")
             held = self._loaded["pins"] = (now, load_pins(self.bases_file))
+        return held[1]
+
+    @property
+    def known_issues(self) -> tuple[KnownIssue, ...]:
+        """``known-issues.toml``, parsed once (again only after the file changed)."""
+        from vllm_fork.changes import registry
+        from vllm_fork.changes.known_issues import load_register
+
+        now = stamp([self.known_issues_file])
+        held = self._loaded.get("known_issues")
+        if held is None or held[0] != now:
+            log.debug(f"loading {self.known_issues_file}")
+            held = self._loaded["known_issues"] = (
+                now,
+                load_register(self.known_issues_file, registry.change_ids()),
+            )
         return held[1]
 
     def base(self, version: str | None = None) -> Base:

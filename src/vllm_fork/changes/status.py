@@ -19,11 +19,21 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork.changes import registry
+from vllm_fork.changes.known_issues import (
+    AFFECTED,
+    FIXED_FORK,
+    FIXED_UPSTREAM,
+    MITIGATED,
+    NOT_AFFECTED,
+    IssueState,
+    decide_all,
+    fixing_patches,
+)
 from vllm_fork.changes.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.changes.state import CARRIED, MISSING, NA, UPSTREAM, decide
-from vllm_fork.errors import ForkError, PatchFailedError, UsageError
+from vllm_fork.errors import ForkError, PatchFailedError, SeriesError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.probes import DirTree, Finding, GitTree, probe_all
+from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
 from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
 from vllm_fork.sources.fetch import Fetcher
@@ -88,10 +98,12 @@ class StatusReport:
     aiter: str | None = None
     lifecycle: tuple[PatchLife, ...] = ()
     releases_probed: tuple[str, ...] = ()  # newer pinned releases searched for retirement
+    known_issues: tuple[IssueState, ...] = ()  # each entry of known-issues.toml on this base
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base": self.version,
+            "known_issues": {s.issue: s.to_json() for s in self.known_issues},
             "aiter": self.aiter,
             "series": list(self.patches),
             "changes": {c.change: c.to_json() for c in self.changes},
@@ -113,6 +125,77 @@ def series_tree(repo: Path, tag: str, series: Series) -> str:
                 detail = proc.stderr.decode(errors="replace").strip()
                 raise PatchFailedError(f"patch {patch.name} does not apply to {tag}: {detail}")
         return git_out(["write-tree"], env=env)
+
+
+def known_issue_states(
+    config: Workspace,
+    pristine: SourceTree,
+    patched: SourceTree,
+    fixes: list[tuple[str, list[str]]],
+) -> tuple[IssueState, ...]:
+    """Each entry of the known-issue register on one base: ``pristine`` is
+    upstream's tree, ``patched`` the base with its series, ``fixes`` the
+    (patch name, ``Fork-Fixes`` values) of the series' patches."""
+    issues = config.known_issues
+    known = {issue.id for issue in issues}
+    for name, ids in fixes:
+        for issue_id in ids:
+            if issue_id not in known:
+                raise SeriesError(
+                    f"{name}: Fork-Fixes names {issue_id!r}, which "
+                    f"{config.known_issues_file.name} does not list"
+                )
+    return decide_all(issues, pristine, patched, fixing_patches(fixes))
+
+
+def base_issue_states(config: Workspace, version: str) -> tuple[IssueState, ...]:
+    """Each known issue on ``version`` with its own series (``series/<version>/``,
+    none: the pristine release), read from the cached upstream repository
+    without a work tree (fetched first unless offline)."""
+    base = config.base(version)
+    tag = ensure_upstream(config, base, config.fetcher)
+    repo = config.upstream_repo
+    pristine = GitTree(repo, tag)
+    series = config.series(version)
+    patched = GitTree(repo, series_tree(repo, tag, series)) if series.patches else pristine
+    fixes = [
+        (p.name, h.values("Fork-Fixes"))
+        for p, h in zip(series.patches, series.headers, strict=True)
+    ]
+    return known_issue_states(config, pristine, patched, fixes)
+
+
+SHORT = {
+    NOT_AFFECTED: "not affected",
+    FIXED_UPSTREAM: "upstream",
+    FIXED_FORK: "fork",
+    MITIGATED: "mitigated",
+    AFFECTED: AFFECTED,
+}
+
+
+def format_issue_matrix(
+    issues: tuple[str, ...], states: dict[str, tuple[IssueState, ...] | str]
+) -> str:
+    """One row per known issue, one column per release (the Debian tracker's
+    layout); a release that could not be probed shows ``?`` and its reason below."""
+    versions = list(states)
+    lines = [
+        "| known issue | " + " | ".join(versions) + " |",
+        "|---|" + "---|" * len(versions),
+    ]
+    for issue in issues:
+        cells = []
+        for version in versions:
+            got = states[version]
+            if isinstance(got, str):
+                cells.append("?")
+                continue
+            cell = next((s for s in got if s.issue == issue), None)
+            cells.append(SHORT[cell.state] if cell else "?")
+        lines.append(f"| {issue} | " + " | ".join(cells) + " |")
+    errors = [f"{v}: {got}" for v, got in states.items() if isinstance(got, str)]
+    return "\n".join(lines + ([""] + errors if errors else []))
 
 
 def classify(
@@ -256,6 +339,7 @@ def compute_status(
         version = recorded
     base = config.base(version)
     series = config.series(base.version)
+    config.known_issues  # noqa: B018 - a malformed register fails before any work
     fetcher = config.fetcher
     tag = ensure_upstream(config, base, fetcher)
     repo = config.upstream_repo
@@ -263,8 +347,9 @@ def compute_status(
     pristine = _pristine_findings(config, base, fetcher)
     aiter = aiter_pin(pristine_tree)
     if tree is not None:
-        patched = probe_all(DirTree(tree))
-        aiter = aiter_pin(DirTree(tree))
+        patched_tree: SourceTree = DirTree(tree)
+        patched = probe_all(patched_tree)
+        aiter = aiter_pin(patched_tree)
         commits = series_commits(tree, tag)
         names = tuple(c.subject for c in commits)
         # (name, change, part, Fork-Build) of each patch, as committed in the tree
@@ -273,11 +358,17 @@ def compute_status(
             for c in commits
             for ch in c.values("Fork-Change")
         ]
+        fixes = [(c.subject, c.values("Fork-Fixes")) for c in commits]
     else:
-        patched = (
-            probe_all(GitTree(repo, series_tree(repo, tag, series))) if series.patches else pristine
+        patched_tree = (
+            GitTree(repo, series_tree(repo, tag, series)) if series.patches else pristine_tree
         )
+        patched = probe_all(patched_tree) if series.patches else pristine
         names = tuple(p.name for p in series.patches)
+        fixes = [
+            (p.name, h.values("Fork-Fixes"))
+            for p, h in zip(series.patches, series.headers, strict=True)
+        ]
         patches = [
             (p.name, h.change, h.part, h.build)
             for p, h in zip(series.patches, series.headers, strict=True)
@@ -321,7 +412,8 @@ def compute_status(
     lives, probed = patch_lifecycle(
         config, base.version, [(n, c, p) for n, c, p, _ in patches], fetcher
     )
-    return StatusReport(base.version, names, tuple(changes), aiter, lives, probed)
+    issues = known_issue_states(config, pristine_tree, patched_tree, fixes)
+    return StatusReport(base.version, names, tuple(changes), aiter, lives, probed, issues)
 
 
 def _hardening_count(hardening: dict[str, bool]) -> str:
@@ -329,6 +421,18 @@ def _hardening_count(hardening: dict[str, bool]) -> str:
     if not hardening:
         return ""
     return f" [hardening {sum(hardening.values())}/{len(hardening)}]"
+
+
+def format_known_issues(states: tuple[IssueState, ...]) -> list[str]:
+    """The known-issue lines of status (nothing when the register is empty)."""
+    if not states:
+        return []
+    width = max(len(s.issue) for s in states)
+    lines = ["", "known issues (known-issues.toml):"]
+    for s in states:
+        lines.append(f"  {s.issue:<{width}}  {s.state:<14}  {s.reason}")
+        lines.extend(f"  {'':<{width}}  {'':<14}  <- {patch}" for patch in s.patches)
+    return lines
 
 
 def format_status(report: StatusReport) -> str:
@@ -363,4 +467,5 @@ def format_status(report: StatusReport) -> str:
                 lines.append(f"  {'':<12}    {life.retire.evidence()}")
             elif life.retire_when:
                 lines.append(f"  {'':<12}    retires: {life.retire_when}")
+    lines += format_known_issues(report.known_issues)
     return "\n".join(lines)

@@ -162,8 +162,92 @@ def lifecycle_table(_root: Path | None = None) -> str:
     return _table(["change", "why the fork carries it", "retire", "fork tests"], rows)
 
 
+# Whether the known-issue table may fetch a release that is not in the cache
+# (``--write --fetch``); otherwise such a release keeps the cells the document has.
+FETCH_MISSING = False
+_SHORT = {
+    "not affected": "-",
+    "fixed upstream": "upstream",
+    "fixed by fork": "**fork**",
+    "mitigated": "**mitigated**",
+    "AFFECTED": "**AFFECTED**",
+}
+
+
+def _current_cells(root: Path) -> dict[tuple[str, str], str]:
+    """The state cells of the known-issue table the README has now."""
+    begin = _BEGIN.format(name="known-issues")
+    try:
+        text = (root / README).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    start = text.find(begin)
+    if start < 0:
+        return {}
+    block = text[start : text.find(_END, start)].splitlines()
+    header = next((line for line in block if line.startswith("| known issue |")), None)
+    if header is None:
+        return {}
+    versions = [c.strip() for c in header.strip("|").split("|")[1:]]
+    cells = {}
+    for line in block[block.index(header) + 2 :]:
+        if not line.startswith("| "):
+            break
+        row = [c.strip() for c in line.strip("|").split("|")]
+        for version, cell in zip(versions, row[1:], strict=False):
+            cells[(row[0], version)] = cell
+    return cells
+
+
+def known_issues_table(root: Path) -> str:
+    """The register (one row per entry) and each entry's state on every base with
+    its series, probed from the cached upstream sources; a release not in the
+    cache keeps the README's cell (``--write --fetch`` fetches it)."""
+    from vllm_fork.changes.known_issues import ref_url
+    from vllm_fork.changes.status import base_issue_states
+    from vllm_fork.config import load_config
+    from vllm_fork.errors import ForkError
+    from vllm_fork.sources.upstream import imported_sha256
+
+    config = load_config(root=root, offline=not FETCH_MISSING)
+    issues = config.known_issues
+    if not issues:
+        return "known-issues.toml lists none."
+    pins = config.pins
+    rows = []
+    for issue in issues:
+        links = ", ".join(f"[{ref}]({ref_url(ref)})" for ref in issue.refs)
+        decision = issue.decision + (f" until {issue.until}" if issue.until else "")
+        rows.append([f"`{issue.id}`", f"{issue.title} ({links})", issue.change, decision])
+    out = [_table(["entry", "upstream", "change", "decision"], rows), ""]
+    versions = list(pins.versions())
+    current = _current_cells(root)
+    cells: dict[str, dict[str, str]] = {i.id: {} for i in issues}
+    for version in versions:
+        base = pins.get(version)
+        states = None
+        if FETCH_MISSING or imported_sha256(config.upstream_repo, version) == base.sdist.sha256:
+            try:
+                states = {s.issue: s.state for s in base_issue_states(config, version)}
+            except ForkError as exc:
+                log.warning("known issues of %s not probed: %s", version, exc)
+        for issue in issues:
+            if states is not None:
+                cells[issue.id][version] = _SHORT[states[issue.id]]
+            else:
+                cells[issue.id][version] = current.get((f"`{issue.id}`", version), "?")
+    out.append(
+        _table(
+            ["known issue", *versions],
+            [[f"`{i.id}`", *(cells[i.id][v] for v in versions)] for i in issues],
+        )
+    )
+    return "\n".join(out)
+
+
 TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "readme": (README, readme_table),
+    "known-issues": (README, known_issues_table),
     "changes": (CHANGES_DOC, changes_table),
     "hardening": (CHANGES_DOC, hardening_table),
     "lifecycle": (CHANGES_DOC, lifecycle_table),
@@ -203,7 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 if a document is stale")
     mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
     parser.add_argument("--root", type=Path, help="repository root (default: found from here)")
+    parser.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch the releases the known-issue table needs that are not in the cache",
+    )
     args = parser.parse_args(argv)
+    global FETCH_MISSING
+    FETCH_MISSING = args.fetch
     root = args.root if args.root is not None else find_root()
     if args.check:
         bad = stale(root)

@@ -66,6 +66,30 @@ def notes_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _known_issues_of(config: Config, record: dict) -> dict | None:
+    """The known-issue states of the wheel's base and series, as ``status`` computes
+    them; None (the notes say "not judged") when the wheel was built from another
+    series than ``series/<base>/`` holds now, or the base cannot be probed here."""
+    import hashlib
+    import logging
+
+    from vllm_fork.changes.status import compute_status
+    from vllm_fork.errors import ForkError
+
+    version = record["base"]["version"]
+    try:
+        series = config.series(version)  # type: ignore[attr-defined]
+        now = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in series.patches}
+        built = {p["file"]: p["sha256"] for p in record["series"]["patches"]}
+        if any(now.get(name) != digest for name, digest in built.items()):
+            return None
+        report = compute_status(config, version)  # type: ignore[arg-type]
+    except (ForkError, KeyError, TypeError, OSError) as exc:
+        logging.getLogger(__name__).info("known issues not judged for the notes: %s", exc)
+        return None
+    return {s.issue: s.to_json() for s in report.known_issues}
+
+
 def notes_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.deploy import file_sha256, previous_record
@@ -95,6 +119,7 @@ def notes_run(args: argparse.Namespace, config: Config) -> int:
             wheel_name=args.wheel.name,
             wheel_sha256=file_sha256(args.wheel),
             previous=previous,
+            known_issues=_known_issues_of(config, record),
         ),
         end="",
     )

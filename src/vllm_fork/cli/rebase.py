@@ -142,7 +142,27 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute every row")
 
 
+def _issue_states(config: Workspace, versions: list[str], log) -> dict:
+    """Per release, the known-issue states with its own series (or why not)."""
+    from vllm_fork.changes.status import base_issue_states
+    from vllm_fork.errors import ForkError, SeriesError
+
+    out: dict = {}
+    if not config.known_issues:
+        return out
+    for version in versions:
+        log(f"matrix: {version}: known issues")
+        try:
+            out[version] = base_issue_states(config, version)
+        except SeriesError:
+            raise
+        except ForkError as exc:
+            out[version] = f"not probed: {exc}"
+    return out
+
+
 def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.changes.status import format_issue_matrix
     from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 
     def log(line: str) -> None:
@@ -160,10 +180,21 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
     print(format_matrix(matrix), file=table_out)
     print("\nOwn series and last release check (`vllm-fork release-check`):\n", file=table_out)
     print(format_last_checks(config, versions), file=table_out)
+    issues = _issue_states(config, versions, log)
+    if config.known_issues:
+        print(
+            "\nKnown issues, each release with its own series (known-issues.toml):\n",
+            file=table_out,
+        )
+        print(format_issue_matrix(tuple(i.id for i in config.known_issues), issues), file=table_out)
     if args.json:
         data = matrix.to_json()
         checks = last_checks(config)
         data["release_check"] = {v: checks.get(v) for v in versions}
+        data["known_issues"] = {
+            v: got if isinstance(got, str) else {s.issue: s.to_json() for s in got}
+            for v, got in issues.items()
+        }
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         if to_stdout:
             sys.stdout.write(text)

@@ -76,6 +76,7 @@ def write_release_files(
     findings: dict[str, Any] | None = None,
     base_findings: dict[str, Any] | None = None,
     previous: dict[str, Any] | None = None,
+    known_issues: dict[str, dict[str, Any]] | None = None,
 ) -> ReleaseFiles:
     """Write the SBOM, the provenance statement and the release notes beside ``wheel``."""
     digest = file_sha256(wheel)
@@ -112,6 +113,7 @@ def write_release_files(
             previous=previous,
             findings=findings,
             base_findings=base_findings,
+            known_issues=known_issues,
         ),
         encoding="utf-8",
     )
@@ -216,6 +218,7 @@ def after_build(
     from vllm_fork.build.smoke import _base_findings
     from vllm_fork.probes import DirTree, probe_all
 
+    version = record["base"]["version"]
     return write_release_files(
         wheel,
         record,
@@ -223,5 +226,25 @@ def after_build(
         sdist_url=sdist_source_url(config, record["base"]["sdist"]["filename"]),
         signing_key=signing_key,
         findings=probe_all(DirTree(tree)),
-        base_findings=_base_findings(config, record["base"]["version"]),
+        base_findings=_base_findings(config, version),
+        known_issues=built_issue_states(config, version, DirTree(tree)),
     )
+
+
+def built_issue_states(config: Any, version: str, built: Any) -> dict[str, dict[str, Any]] | None:
+    """Each known issue on a built tree (None when the pristine base is not in the
+    cache, so "fixed upstream" and "fixed by fork" cannot be told apart)."""
+    from vllm_fork.changes.status import known_issue_states
+    from vllm_fork.probes import GitTree
+    from vllm_fork.sources.upstream import imported_sha256, tag_for
+
+    if imported_sha256(config.upstream_repo, version) is None:
+        return None
+    series = config.series(version)
+    fixes = [
+        (p.name, h.values("Fork-Fixes"))
+        for p, h in zip(series.patches, series.headers, strict=True)
+    ]
+    pristine = GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}")
+    states = known_issue_states(config, pristine, built, fixes)
+    return {s.issue: s.to_json() for s in states}

@@ -67,9 +67,12 @@ def make_notes(
     previous: dict[str, Any] | None = None,
     findings: dict[str, Any] | None = None,
     base_findings: dict[str, Any] | None = None,
+    known_issues: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     """The notes; ``findings``/``base_findings``: the probes' findings (change -> Finding)
-    on the built tree and on the pristine base."""
+    on the built tree and on the pristine base; ``known_issues``: each entry of the
+    known-issue register on the built tree (id -> state, reason, patches; None: not
+    judged)."""
     base = record["base"]
     build = record["build"]
     patches = record["series"]["patches"]
@@ -143,6 +146,18 @@ def make_notes(
                     " (in this build)" if found.hardening.get(item.id) else " (not in this build)"
                 )
             out.append(f"- {change.id} / {item.id}: {item.description}{mark}")
+    out += ["", "## Known upstream issues", ""]
+    if known_issues is None:
+        out.append("Not judged: the build's tree was not probed against known-issues.toml.")
+    elif not known_issues:
+        out.append("known-issues.toml lists none.")
+    else:
+        out += ["| known issue | state in this build | why |", "| --- | --- | --- |"]
+        for issue_id, cell in known_issues.items():
+            why = cell["reason"]
+            if cell.get("patches"):
+                why += " (" + ", ".join(f"`{p}`" for p in cell["patches"]) + ")"
+            out.append(f"| {issue_id} | {cell['state']} | {why} |")
     out += ["", "## Patches", "", "| patch | change | part | sha256 |", "| --- | --- | --- | --- |"]
     for p in patches:
         out.append(

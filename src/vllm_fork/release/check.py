@@ -31,7 +31,7 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__
-from vllm_fork.config import Config
+from vllm_fork.config import KNOWN_ISSUES_FILE, Config
 from vllm_fork.errors import ForkError
 from vllm_fork.series.patches import SERIES_FILE
 from vllm_fork.sources.pins import Pins, load_pins
@@ -39,11 +39,12 @@ from vllm_fork.sources.pins import Pins, load_pins
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
-STEPS = ("materialize", "tests", "prove-fail", "wheel", "install")
+STEPS = ("materialize", "known-issues", "tests", "prove-fail", "wheel", "install")
 # the steps that need a wheel (left out by --no-wheel)
 WHEEL_STEPS = ("wheel", "install")
 # a step that needs another's result: the step it needs, and what is missing without it
 NEEDS = {
+    "known-issues": ("materialize", "no work tree"),
     "tests": ("materialize", "no work tree"),
     "prove-fail": ("materialize", "no work tree"),
     "install": ("wheel", "no wheel"),
@@ -107,7 +108,15 @@ def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) ->
         "wheel": base.wheel.sha256 if base.wheel else None,
         "torch": torch,
         "build": wheel,
+        "known_issues": _file_digest(config.root / KNOWN_ISSUES_FILE),
     }
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def inputs_digest(data: dict[str, Any]) -> str:
@@ -259,6 +268,31 @@ def pytest_args(tree: Path) -> list[str]:
     return sim_plugin_args(tree)
 
 
+def step_known_issues(ctx: Context) -> dict[str, Any]:
+    """Each entry of the known-issue register on the materialized tree; a base
+    with an AFFECTED entry fails."""
+    from vllm_fork.changes.known_issues import AFFECTED
+    from vllm_fork.changes.status import known_issue_states
+    from vllm_fork.probes import DirTree, GitTree
+    from vllm_fork.sources.upstream import tag_for
+    from vllm_fork.tree.commits import series_commits
+
+    tree = _need_tree(ctx)
+    tag = tag_for(ctx.version)
+    fixes = [(c.subject, c.values("Fork-Fixes")) for c in series_commits(tree, tag)]
+    states = known_issue_states(
+        ctx.config,  # type: ignore[arg-type]
+        GitTree(ctx.config.upstream_repo, f"refs/tags/{tag}"),
+        DirTree(tree),
+        fixes,
+    )
+    data = {"known_issues": {s.issue: s.to_json() for s in states}}
+    bad = [s.issue for s in states if s.state == AFFECTED]
+    if bad:
+        raise StepFailed(f"{AFFECTED} by known issue(s): {', '.join(bad)}", data)
+    return data
+
+
 def step_tests(ctx: Context) -> dict[str, Any]:
     from vllm_fork.testing.forktests import run_fork_tests
 
@@ -319,6 +353,7 @@ def step_install(ctx: Context) -> dict[str, Any]:
 
 STEP_FUNCTIONS: dict[str, Step] = {
     "materialize": step_materialize,
+    "known-issues": step_known_issues,
     "tests": step_tests,
     "prove-fail": step_prove_fail,
     "wheel": step_wheel,
@@ -438,6 +473,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
     wheel = steps.get("wheel", {})
     install = steps.get("install", {})
     made = steps.get("materialize", {})
+    issues = steps.get("known-issues", {}).get("known_issues")
     reasons = [
         f"{name}: {step['reason']}"
         for name, step in steps.items()
@@ -458,6 +494,9 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
         "installed": install.get("status") == OK if install else None,
         "wheel": wheel.get("wheel"),
         "sdist_wheel_disagree": made.get("sdist_wheel_disagree"),
+        "known_issues": None
+        if issues is None
+        else {issue: cell["state"] for issue, cell in sorted(issues.items())},
         "seconds": round(state.seconds, 1),
         "reused": reused,
         "reasons": reasons,
@@ -474,18 +513,31 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def issues_cell(states: dict[str, str] | None) -> str:
+    """``none affected (N)``, or the AFFECTED entries; ``-`` when not checked."""
+    from vllm_fork.changes.known_issues import AFFECTED
+
+    if states is None:
+        return "-"
+    bad = [issue for issue, state in states.items() if state == AFFECTED]
+    if bad:
+        return f"{AFFECTED}: {', '.join(bad)}"
+    return f"none affected ({len(states)})"
+
+
 def format_report(report: Report) -> str:
     data = report.to_json()
     lines = [
-        "| base | tests passed | failed | skipped | prove-fail | wheel built | verified "
-        "| installed | sdist/wheel disagree | time (s) | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| base | known issues | tests passed | failed | skipped | prove-fail | wheel built "
+        "| verified | installed | sdist/wheel disagree | time (s) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["bases"]:
         proof = f"{r['proven']}/{r['proven_of']}" if r["proven_of"] is not None else "-"
         result = r["result"] + (" (recorded)" if r["reused"] else "")
         lines.append(
-            f"| {r['base']} | {_cell(r['passed'])} | {_cell(r['failed'])} "
+            f"| {r['base']} | {issues_cell(r.get('known_issues'))} "
+            f"| {_cell(r['passed'])} | {_cell(r['failed'])} "
             f"| {_cell(r['skipped'])} | {proof} | {_cell(r['built'])} "
             f"| {_cell(r['verified'])} | {_cell(r['installed'])} "
             f"| {_cell(r['sdist_wheel_disagree'])} "
@@ -493,7 +545,7 @@ def format_report(report: Report) -> str:
         )
     t = data["total"]
     lines.append(
-        f"| **total** ({t['bases_passed']}/{t['bases']} ok) | {t['passed']} | {t['failed']} "
+        f"| **total** ({t['bases_passed']}/{t['bases']} ok) | | {t['passed']} | {t['failed']} "
         f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
         f"| {t['wheels_installed']} | | {t['seconds']:.0f} | |"
     )

@@ -28,6 +28,8 @@ KNOWN_TRAILERS = (
     "Applied-Upstream",
     "Fork-Proof",
     "Fork-Build",
+    # the known-issue register entry (known-issues.toml) the patch fixes or mitigates
+    "Fork-Fixes",
 )
 # ``Origin``: ``vendor`` (the fork's own work) or ``backport, <PR url>[, commit:<sha>]``;
 # ``Author``: one line per upstream author of a backport (series/credits.py checks both
