@@ -113,10 +113,26 @@ class Clause:
 
 
 @dataclass(frozen=True)
+class AllOf:
+    """Clauses that must all hold (e.g. code in two files)."""
+
+    clauses: tuple[Clause, ...]
+
+    def check(self, tree: SourceTree) -> tuple[bool, str]:
+        reasons = []
+        for clause in self.clauses:
+            ok, reason = clause.check(tree)
+            if not ok:
+                return False, reason
+            reasons.append(reason)
+        return True, "; ".join(reasons)
+
+
+@dataclass(frozen=True)
 class Probe:
     """Clauses of which any one holding makes the probe hold."""
 
-    clauses: tuple[Clause, ...]
+    clauses: tuple[Clause | AllOf, ...]
 
     def check(self, tree: SourceTree) -> tuple[bool, str]:
         reasons = []
@@ -239,11 +255,20 @@ def _clause(data: Any, where: str) -> Clause:
     )
 
 
+def _alternative(data: Any, where: str) -> Clause | AllOf:
+    """A clause, or ``{ all = [clause, ...] }``: clauses that must all hold."""
+    if isinstance(data, dict) and "all" in data:
+        if set(data) != {"all"} or not isinstance(data["all"], list) or not data["all"]:
+            raise ConfigError(f"{where}: 'all' takes a non-empty list of clauses, alone")
+        return AllOf(tuple(_clause(c, f"{where}.all[{i}]") for i, c in enumerate(data["all"])))
+    return _clause(data, where)
+
+
 def _probe(data: Any, where: str) -> Probe:
     items = data if isinstance(data, list) else [data]
     if not items:
         raise ConfigError(f"{where}: a probe needs at least one clause")
-    return Probe(tuple(_clause(item, f"{where}[{i}]") for i, item in enumerate(items)))
+    return Probe(tuple(_alternative(item, f"{where}[{i}]") for i, item in enumerate(items)))
 
 
 def _text(data: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
@@ -357,7 +382,7 @@ def decide(
     ``Fork-Fixes``."""
     affected, why = issue.affected.check(patched)
     if not affected:
-        return IssueState(issue.id, NOT_AFFECTED, f"the code is absent: {why}")
+        return IssueState(issue.id, NOT_AFFECTED, why)
     fixed_here, fix_why = (
         issue.fixed.check(patched) if issue.fixed is not None else (False, "no fix is known")
     )
