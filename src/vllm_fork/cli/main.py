@@ -27,6 +27,8 @@ from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_ru
 from vllm_fork.cli.release import (
     release_check_args,
     release_check_run,
+    release_merge_args,
+    release_merge_run,
     update_args,
     update_run,
 )
@@ -263,6 +265,11 @@ COMMANDS: dict[str, Command] = {
         "every base end to end: materialize, fork tests, prove-fail, wheel (resumable)",
         release_check_args,
         release_check_run,
+    ),
+    "release-merge": Command(
+        "combine per-base release-check results (CI jobs, shards) into one report",
+        release_merge_args,
+        release_merge_run,
     ),
     "update": Command(
         "pin releases newer than bases.toml, rebase the newest series onto them, test, report",
