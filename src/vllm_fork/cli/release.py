@@ -134,3 +134,37 @@ def update_run(args: argparse.Namespace, config: Config) -> int:
     _write(json_path, _dump(report.to_json()))
     print(f"\nreport: {markdown} {json_path}")
     return report.exit_code
+
+
+def ci_workflows_args(p: argparse.ArgumentParser) -> None:
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true", help="write the files that differ")
+    what.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 (with the diff) when a committed file differs from the generated one",
+    )
+
+
+def ci_workflows_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.release import workflows
+
+    if args.check:
+        diffs = workflows.drift(config)
+        for diff in diffs:
+            print(diff)
+        if diffs:
+            print("the CI files differ from bases.toml's: run `vllm-fork ci-workflows --write`")
+            return 1
+        print("the CI files are up to date")
+        return 0
+    if args.write:
+        written = workflows.write(config)
+        for rel in written:
+            print(f"wrote {rel}")
+        if not written:
+            print("the CI files are up to date")
+        return 0
+    for line in workflows.job_list(config):
+        print(line)
+    return 0
