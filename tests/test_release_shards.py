@@ -183,7 +183,10 @@ def test_three_shards_in_three_processes_merge_into_one_runs_report(
     with capsys.disabled():
         print(
             f"\nrelease-check of {len(VERSIONS)} synthetic bases: 3 shards in 3 processes "
-            f"{sharded_wall:.1f} s wall, one process {one_wall:.1f} s wall; "
+            f"{sharded_wall:.1f} s wall (slowest shard's run "
+            f"{merged['total']['run_seconds']:.1f} s), one process {one_wall:.1f} s wall "
+            f"(run {single['total']['run_seconds']:.1f} s); bases' time summed: merged "
+            f"{merged['total']['seconds']:.1f} s, one run {single['total']['seconds']:.1f} s; "
             "merged report == one run's (timings aside)"
         )
 
