@@ -265,3 +265,88 @@ def test_the_bot_refuses_a_release_name_that_is_not_a_version(tmp_path: Path) ->
     proc, out = bot(tmp_path, "1.0; rm -rf /")
     assert proc.returncode == 1 and "unexpected release name" in proc.stderr
     assert not (tmp_path / "github-output").exists()
+
+
+def test_the_gitlab_half_pushes_the_branch_and_opens_the_merge_request(tmp_path: Path) -> None:
+    """scripts/ci/gitlab-merge-request.sh against a bare repository (the push) and a
+    local HTTP server standing in for GitLab's merge request API."""
+    import http.server
+    import threading
+
+    proc, out = bot(tmp_path, "9.9.9")
+    assert proc.returncode == 0, proc.stderr
+    repo = tmp_path / "repo"
+    ident = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@invalid",
+    }
+    for args in (["init", "-q", "-b", "main"], ["add", "bases.toml"], ["commit", "-qm", "pins"]):
+        subprocess.run(["git", *args], cwd=repo, env={**os.environ, **ident}, check=True)
+    (repo / "series" / "9.9.9").rename(tmp_path / "moved")  # the bot's copy is what counts
+    server_root = tmp_path / "server"
+    subprocess.run(["git", "init", "-q", "--bare", str(server_root / "g/p.git")], check=True)
+    posts: list[tuple[str, dict[str, str], str]] = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            posts.append((self.path, dict(self.headers), body))
+            self.send_response(201 if len(posts) == 1 else 409)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(
+        os.environ,
+        VLLM_FORK_ROOT=str(repo),
+        VLLM_FORK_BOT_TOKEN="secret-token",
+        CI_SERVER_URL=f"file://{server_root}",
+        CI_PROJECT_PATH="g/p",
+        CI_API_V4_URL=f"http://127.0.0.1:{server.server_address[1]}/api/v4",
+        CI_PROJECT_ID="7",
+        CI_DEFAULT_BRANCH="main",
+        GIT_CONFIG_GLOBAL=os.devnull,  # no user identity: the script names its own
+    )
+    script = ["bash", str(ROOT / "scripts/ci/gitlab-merge-request.sh"), str(out)]
+    try:
+        first = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
+        again = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert first.returncode == 0, first.stderr
+    assert "opened the merge request for update/vllm-9.9.9" in first.stdout
+    assert again.returncode == 0 and "open already" in again.stdout
+    path, headers, body = posts[0]
+    assert path == "/api/v4/projects/7/merge_requests"
+    assert headers["PRIVATE-TOKEN"] == "secret-token"
+    from urllib.parse import parse_qs
+
+    form = {k: v[0] for k, v in parse_qs(body).items()}
+    assert form["source_branch"] == "update/vllm-9.9.9" and form["target_branch"] == "main"
+    assert form["description"] == (out / "report" / "body.md").read_text()
+    files = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", "update/vllm-9.9.9"],
+        cwd=server_root / "g/p.git",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert files == ["bases.toml", "series/9.9.9/series"]
+
+
+def test_the_gitlab_half_does_nothing_without_a_new_release(tmp_path: Path) -> None:
+    proc, out = bot(tmp_path, None)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts/ci/gitlab-merge-request.sh"), str(out)],
+        env=dict(os.environ, VLLM_FORK_ROOT=str(tmp_path / "repo")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "nothing new" in done.stdout

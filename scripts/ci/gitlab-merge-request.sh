@@ -7,7 +7,7 @@
 set -euo pipefail
 out="${1:?usage: scripts/ci/gitlab-merge-request.sh OUT}"
 out="$(cd "$out" && pwd)"
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "${VLLM_FORK_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}"
 if [[ ! -f "$out/release" ]]; then
     echo "nothing new: no merge request"
     exit 0
@@ -22,8 +22,10 @@ if [[ -d "$out/changes/series" ]]; then
 fi
 git checkout -B "$branch"
 git add bases.toml series
-git -c user.name="vllm-fork update bot" -c user.email="vllm-fork-bot@invalid" \
-    commit -q -m "Follow vLLM $release (vllm-fork update)"
+if ! git diff --cached --quiet; then  # a job retried in the same checkout committed already
+    git -c user.name="vllm-fork update bot" -c user.email="vllm-fork-bot@invalid" \
+        commit -q -m "Follow vLLM $release (vllm-fork update)"
+fi
 
 # the token goes to git through its environment, never on a command line
 auth="$(printf 'oauth2:%s' "$VLLM_FORK_BOT_TOKEN" | base64 -w0)"
