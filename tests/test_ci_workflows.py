@@ -74,7 +74,7 @@ def test_one_job_per_supported_base_and_a_merge_that_expects_them_all() -> None:
     report = github["jobs"]["report"]
     assert report["needs"] == "base" and report["if"] == "${{ !cancelled() }}"
     merge = next(s["run"] for s in report["steps"] if "release-merge" in s.get("run", ""))
-    assert merge.split("--bases ")[1].split(" --json")[0].split() == supported
+    assert merge.split("--bases ")[1].split("--json")[0].replace("\\", " ").split() == supported
     gitlab = load_yaml(GITLAB)
     assert gitlab["release-check"]["parallel"]["matrix"] == [{"BASE": supported}]
     assert f"--bases {' '.join(supported)}" in " ".join(gitlab["release-report"]["script"])

@@ -148,9 +148,10 @@ jobs:
           merge-multiple: true
           path: results
       - name: merge (fails when a base failed or has no result)
-        run: >-
-          vllm-fork release-merge results --bases {expected}
-          --json report/release-check.json --markdown report/release-check.md
+        run: |
+          mkdir -p results
+          vllm-fork release-merge results --bases {expected} \\
+            --json report/release-check.json --markdown report/release-check.md
       - name: summary
         if: ${{{{ !cancelled() }}}}
         run: cat report/release-check.md >> "$GITHUB_STEP_SUMMARY"
@@ -306,6 +307,7 @@ release-report:
     - job: release-check
       artifacts: true
   script:
+    - mkdir -p results
     - >-
       vllm-fork release-merge results --bases {expected}
       --json report/release-check.json --markdown report/release-check.md
