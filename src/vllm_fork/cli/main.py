@@ -25,8 +25,12 @@ from vllm_fork.cli import build as cli_build
 from vllm_fork.cli import deploy as cli_deploy
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
 from vllm_fork.cli.release import (
+    ci_workflows_args,
+    ci_workflows_run,
     release_check_args,
     release_check_run,
+    release_merge_args,
+    release_merge_run,
     update_args,
     update_run,
 )
@@ -263,6 +267,16 @@ COMMANDS: dict[str, Command] = {
         "every base end to end: materialize, fork tests, prove-fail, wheel (resumable)",
         release_check_args,
         release_check_run,
+    ),
+    "release-merge": Command(
+        "combine per-base release-check results (CI jobs, shards) into one report",
+        release_merge_args,
+        release_merge_run,
+    ),
+    "ci-workflows": Command(
+        "generate the CI files (a job per base, merged report, update bot) from bases.toml",
+        ci_workflows_args,
+        ci_workflows_run,
     ),
     "update": Command(
         "pin releases newer than bases.toml, rebase the newest series onto them, test, report",

@@ -135,6 +135,8 @@ class BaseState:
     tree: str | None = None
     finished: bool = False
     checked_at: str | None = None
+    # fields this version of the tool does not know (a newer tool's), carried as they are
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -146,6 +148,7 @@ class BaseState:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **self.extra,
             "schema": SCHEMA,
             "version": self.version,
             "digest": self.digest,
@@ -166,7 +169,13 @@ class BaseState:
             tree=data.get("tree"),
             finished=bool(data.get("finished", False)),
             checked_at=data.get("checked_at"),
+            extra={k: v for k, v in data.items() if k not in _STATE_KEYS},
         )
+
+
+_STATE_KEYS = frozenset(
+    ("schema", "version", "digest", "inputs", "steps", "tree", "finished", "checked_at")
+)
 
 
 def load_state(config: Config, version: str) -> BaseState | None:
@@ -184,13 +193,16 @@ def load_state(config: Config, version: str) -> BaseState | None:
 
 
 def save_state(config: Config, state: BaseState) -> None:
+    write_json_atomic(state_file(config, state.version), state.to_json())
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write atomically: a kill leaves the previous file or the new one."""
-    path = state_file(config, state.version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{state.version}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(state.to_json(), fh, indent=2, sort_keys=True)
+            json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -442,10 +454,12 @@ class Report:
     states: list[BaseState]
     reused: set[str]
     seconds: float
+    # bases whose result a merge of per-base results lacks (release/merge.py)
+    missing: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(s.passed for s in self.states)
+        return not self.missing and all(s.passed for s in self.states)
 
     def rows(self) -> list[dict[str, Any]]:
         return [summary(s, s.version in self.reused) for s in self.states]
@@ -462,7 +476,8 @@ class Report:
         total["wheels_installed"] = sum(bool(r["installed"]) for r in rows)
         total["seconds"] = round(sum(float(r["seconds"]) for r in rows), 1)
         total["run_seconds"] = round(self.seconds, 1)
-        return {"bases": rows, "total": total}
+        total["missing"] = len(self.missing)
+        return {"bases": rows, "missing": list(self.missing), "total": total}
 
 
 def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
@@ -474,9 +489,11 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
     install = steps.get("install", {})
     made = steps.get("materialize", {})
     issues = steps.get("known-issues", {}).get("known_issues")
+    # in the order the steps run, whatever order the record keeps them in
+    order = {name: i for i, name in enumerate(STEPS)}
     reasons = [
         f"{name}: {step['reason']}"
-        for name, step in steps.items()
+        for name, step in sorted(steps.items(), key=lambda item: order.get(item[0], len(order)))
         if step.get("status") != OK and step.get("reason")
     ]
     result = (OK if state.passed else FAILED) if state.finished else "incomplete"
@@ -543,16 +560,43 @@ def format_report(report: Report) -> str:
             f"| {_cell(r['sdist_wheel_disagree'])} "
             f"| {r['seconds']:.0f} | {result} |"
         )
+    for version in data["missing"]:
+        lines.append(f"| {version} |{' - |' * 10} - | missing |")
     t = data["total"]
+    expected = t["bases"] + t["missing"]
+    missing = f", {t['missing']} missing" if t["missing"] else ""
     lines.append(
-        f"| **total** ({t['bases_passed']}/{t['bases']} ok) | | {t['passed']} | {t['failed']} "
+        f"| **total** ({t['bases_passed']}/{expected} ok{missing}) | | {t['passed']} "
+        f"| {t['failed']} "
         f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
         f"| {t['wheels_installed']} | | {t['seconds']:.0f} | |"
     )
     notes = [f"- {r['base']}: {reason}" for r in data["bases"] for reason in r["reasons"]]
+    notes += [f"- {version}: no result (missing)" for version in data["missing"]]
     if notes:
         lines += ["", "Reasons:", "", *notes]
     return "\n".join(lines)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1 <= I <= N) as ``(I, N)``."""
+    from vllm_fork.errors import UsageError
+
+    index, sep, count = text.partition("/")
+    try:
+        shard = (int(index), int(count))
+    except ValueError:
+        shard = (0, 0)
+    if not sep or not 1 <= shard[0] <= shard[1]:
+        raise UsageError(f"--shard {text}: expected I/N with 1 <= I <= N (e.g. 2/3)")
+    return shard
+
+
+def shard_bases(versions: Sequence[str], shard: tuple[int, int]) -> list[str]:
+    """Shard I of N: every N-th base from the I-th, oldest first. The N shards
+    together hold every base once, and their sizes differ by one at most."""
+    index, count = shard
+    return list(versions)[index - 1 :: count]
 
 
 def release_check(
@@ -562,7 +606,14 @@ def release_check(
     torch: str | None = None,
     wheel: bool = True,
     force: bool = False,
+    shard: tuple[int, int] | None = None,
+    out_dir: Path | None = None,
 ) -> Report:
+    """Check ``bases`` (default: every supported base and every base with a
+    series), or shard I of N of them; with ``out_dir``, each base's result is
+    also written to ``out_dir/<V>.json`` as soon as it is known (release/merge.py
+    combines such files into one report)."""
+    from vllm_fork.release.merge import write_result
     from vllm_fork.release.treevenv import torch_spec
 
     start = time.monotonic()
@@ -570,13 +621,19 @@ def release_check(
     spec = torch_spec(torch)
     states: list[BaseState] = []
     reused: set[str] = set()
-    for version in select_bases(config, pins, bases):
+    selected = select_bases(config, pins, bases)
+    if shard is not None:
+        selected = shard_bases(selected, shard)
+        log.info("shard %d/%d: %s", *shard, ", ".join(selected) or "no base")
+    for version in selected:
         state, was_recorded = check_base(
             config, pins, version, torch=spec, wheel=wheel, force=force
         )
         states.append(state)
         if was_recorded:
             reused.add(version)
+        if out_dir is not None:
+            write_result(out_dir, state, reused=was_recorded, run_seconds=time.monotonic() - start)
         row = summary(state, was_recorded)
         log.info("%s: %s (%.0f s)", version, row["result"], row["seconds"])
     return Report(states, reused, time.monotonic() - start)
