@@ -93,18 +93,27 @@ def make_rocm_wheel(
     ensure_upstream(config, base)  # type: ignore[arg-type]
     cuda = config.fetcher.ensure(base.wheel)  # type: ignore[attr-defined]
     claimed = f"{wheel_version or version}+{variant}"
+    # files of the sources are in every build's wheel; only copied-in ones are CUDA's
+    sources = set(
+        git_out(
+            ["ls-tree", "-r", "--name-only", tag_for(version), "--", "vllm"],
+            cwd=config.upstream_repo,
+        ).split("\n")
+    )
     files: dict[str, bytes] = {}
     with Wheel(cuda) as w, zipfile.ZipFile(cuda) as zf:
         members = [p for p in record_hashes(w) if not p.startswith("{dist-info}")]
         for path in members:
-            if path.endswith(".so") or CUDA_ONLY.search(path):
+            if path.endswith(".so") or (CUDA_ONLY.search(path) and path not in sources):
                 continue
             files[path] = zf.read(path)
         meta = zf.read(f"{w.dist_info}/METADATA").decode()
+        prefix = f"{w.dist_info}/"
         extras = {
-            name: zf.read(f"{w.dist_info}/{name}")
-            for name in ("entry_points.txt", "top_level.txt")
-            if f"{w.dist_info}/{name}" in zf.namelist()
+            name[len(prefix) :]: zf.read(name)
+            for name in zf.namelist()
+            if name.startswith(prefix)
+            and name[len(prefix) :] not in ("METADATA", "WHEEL", "RECORD")
         }
     for name in ROCM_BINARIES:
         files[name] = stand_in_binary(name, variant)
@@ -145,9 +154,9 @@ def _with_metadata(path: Path, dist_info: str, metadata: str) -> Path:
             writer.writerow([name, record_digest(data), str(len(data))])
     writer.writerow([record, "", ""])
     members[record] = out.getvalue().encode()
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():  # fixed times: the same wheel every run
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
     return path
 
 
