@@ -221,3 +221,60 @@ def test_precompiled_rocm_plan_hands_the_wheel_by_file(tmp_path: Path) -> None:
     assert env["VLLM_ROCM_WHEEL_INDEX"] == REFUSED_INDEX  # no index look-up can succeed
     assert env["PYTHONPATH"] == str(ROCM_VIEW) and env["VLLM_FORK_TORCH_HIP"] == "7.0.0"
     assert (ROCM_VIEW / "sitecustomize.py").is_file()
+
+
+def rocm_record() -> dict:
+    up = f"vllm-{FAKE_VERSION}+rocm700-{TAG}.whl"
+    return {
+        "schema": 1,
+        "version": f"{FAKE_VERSION}+hardened.1.rocm700",
+        "base": {
+            "version": FAKE_VERSION,
+            "sdist": {"filename": "s.tar.gz", "sha256": "cd" * 32},
+            "upstream_wheel": {"filename": up, "sha256": "ab" * 32},
+        },
+        "build": {
+            "mode": "precompiled",
+            "device": "rocm",
+            "rocm": {
+                "variant": "rocm700",
+                "rocm_version": "7.0.0",
+                "python": "cp312",
+                "aiter": "v0.1.13",
+            },
+        },
+        "tool": {"name": "vllm-fork", "version": "0"},
+        "series": {"revision": 1, "patches": [], "left_out": []},
+    }
+
+
+def test_rocm_facts_in_record_sbom_statement_and_notes() -> None:
+    from vllm_fork.deploy import attestation, notes, sbom
+    from vllm_fork.provenance import Provenance, format_record
+
+    record = rocm_record()
+    parsed = Provenance.from_json(record)
+    assert parsed.rocm is not None and parsed.rocm.aiter == "v0.1.13"
+    assert parsed.to_json()["build"]["rocm"] == record["build"]["rocm"]
+    assert "rocm700 (ROCm 7.0.0, cp312), AITER v0.1.13" in format_record(parsed)
+
+    name, digest = f"vllm-{record['version']}-{TAG}.whl", "12" * 32
+    text = sbom.make_sbom(record, wheel_name=name, wheel_sha256=digest, environment={})
+    pins = {"sdist": record["base"]["sdist"], "upstream_wheel": record["base"]["upstream_wheel"]}
+    assert (
+        sbom.check_sbom(text, record=record, wheel_name=name, wheel_sha256=digest, pins=pins) == []
+    )
+    # a record that names another AITER tag than the SBOM is caught
+    other = rocm_record()
+    other["build"]["rocm"]["aiter"] = "v0.1.12"
+    problems = sbom.check_sbom(text, record=other, wheel_name=name, wheel_sha256=digest, pins=pins)
+    assert problems == ["aiter-tag v0.1.13, record v0.1.12"]
+
+    statement = attestation.make_statement(
+        record, wheel_name=name, wheel_sha256=digest, environment={}
+    )
+    params = statement["predicate"]["buildDefinition"]["externalParameters"]
+    assert params["rocm"] == record["build"]["rocm"]
+
+    md = notes.make_notes(record, wheel_name=name, wheel_sha256=digest)
+    assert "rocm700, ROCm 7.0.0, cp312 only; AITER v0.1.13" in md
