@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from vllm_fork.config import load_config
 from vllm_fork.probes import GitTree
 from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.provenance import PACKAGE_PATH, loads
+from vllm_fork.sources.pins import load_pins, save_pins
 from vllm_fork.sources.upstream import tag_for
 
 from .indexserver import PASSWORD, USER, IndexServer, index_server
@@ -196,6 +198,17 @@ def test_pin_build_verify_audit_publish_install_smoke(
     proc = cli("smoke", str(wheel), "--installed", str(venv), "--no-import")
     say(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # a wheel built on another ROCm wheel than bases.toml pins does not verify
+    pins = load_pins(fork_copy / "bases.toml")
+    base = pins.get(version)
+    other = replace(base.rocm[0], sha256="0" * 64)
+    pins.bases[version] = replace(base, rocm=(other,))
+    save_pins(fork_copy / "bases.toml", pins)
+    proc = cli("verify", str(wheel))
+    mismatch = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
+    say("\n".join(mismatch))
+    assert proc.returncode == 1
+    assert any(f"upstream wheel {pin.filename} sha256" in line for line in mismatch)
     say(
         f"ROCm e2e pin -> build -> verify -> audit -> publish -> install -> smoke: "
         f"{time.monotonic() - start:.0f} s wall"
