@@ -167,7 +167,7 @@ def test_caller_environment_is_scrubbed() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mode": "precompiled", "device": "rocm"}, "--device cuda"),
+        ({"mode": "precompiled", "device": "rocm"}, "pinned ROCm wheel.s version"),
         ({"mode": "full", "full": FullOptions(sources={"cutlas": Path("/x")})}, "cutlas"),
         ({"mode": "full", "device": "rocm", "full": FullOptions(nvcc_threads=2)}, "NVCC"),
         ({"mode": "nightly"}, "unknown build mode"),

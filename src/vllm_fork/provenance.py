@@ -28,7 +28,7 @@ from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL
 
 if TYPE_CHECKING:
     from vllm_fork.series.patches import Series
-    from vllm_fork.sources.pins import Base
+    from vllm_fork.sources.pins import Base, RocmPin
 
 SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"
@@ -162,6 +162,36 @@ class LeftOut:
 
 
 @dataclass(frozen=True)
+class RocmBuild:
+    """What a build on upstream's ROCm wheel is for (``build.rocm`` of the record)."""
+
+    variant: str  # rocm700
+    rocm: str  # the ROCm version the variant stands for
+    python: str  # the Python tag of upstream's ROCm wheel (and of the fork wheel)
+    aiter: str | None  # the AITER tag the base's ROCm image pins (docker/Dockerfile.rocm_base)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "rocm_version": self.rocm,
+            "python": self.python,
+            "aiter": self.aiter,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> RocmBuild:
+        if not isinstance(data, Mapping):
+            raise MalformedRecord(f"{where} is not a table")
+        where += "."
+        return cls(
+            _str(data, "variant", where),
+            _str(data, "rocm_version", where),
+            _str(data, "python", where),
+            _str(data, "aiter", where, optional=True),
+        )
+
+
+@dataclass(frozen=True)
 class Provenance:
     """The record of one build (``vllm/_fork_provenance.json``, schema 1)."""
 
@@ -179,6 +209,7 @@ class Provenance:
     offline: bool | None = None  # build.offline: written by builds that know it
     from_upstream_wheel: tuple[str, ...] = ()  # files taken as upstream's wheel has them
     left_out: tuple[LeftOut, ...] = ()  # patches of the series the build left out
+    rocm: RocmBuild | None = None  # a build on upstream's ROCm wheel
 
     def to_json(self) -> dict[str, Any]:
         """The record's JSON object (the on-disk layout of schema 1)."""
@@ -192,6 +223,8 @@ class Provenance:
         build: dict[str, Any] = {"mode": self.mode, "device": self.device}
         if self.offline is not None:
             build["offline"] = self.offline
+        if self.rocm is not None:
+            build["rocm"] = self.rocm.to_json()
         return {
             "schema": self.schema,
             "tool": {"name": self.tool_name, "version": self.tool_version},
@@ -251,6 +284,9 @@ class Provenance:
             left_out=tuple(
                 LeftOut.from_json(p, f"series.left_out[{i}]") for i, p in enumerate(left_out)
             ),
+            rocm=RocmBuild.from_json(build["rocm"], "build.rocm")
+            if build.get("rocm") is not None
+            else None,
         )
 
 
@@ -300,12 +336,21 @@ def make_record(
     device: str,
     tool_version: str,
     left_out: Collection[str] = (),
+    rocm: RocmPin | None = None,
+    aiter: str | None = None,
 ) -> Provenance:
     """The record for a build of ``base`` + ``series`` (upstream wheel only when reused);
     ``left_out``: file names of the series' patches the build leaves out. ``patches``
-    lists what the wheel holds, ``left_out`` what it lacks (each with its change id)."""
+    lists what the wheel holds, ``left_out`` what it lacks (each with its change id).
+    ``rocm``: the pinned upstream ROCm wheel a precompiled ``--device rocm`` build reuses
+    (it is then the record's upstream wheel), ``aiter`` the AITER tag of the base's ROCm
+    image."""
     wheel = None
-    if mode == "precompiled" and base.wheel is not None:
+    rocm_build = None
+    if mode == "precompiled" and rocm is not None:
+        wheel = FileRef(rocm.filename, rocm.sha256)
+        rocm_build = RocmBuild(rocm.variant, rocm.rocm, rocm.python, aiter)
+    elif mode == "precompiled" and base.wheel is not None:
         wheel = FileRef(base.wheel.filename, base.wheel.sha256)
     return Provenance(
         version=version,
@@ -318,6 +363,7 @@ def make_record(
         patches=patch_entries(series.without(left_out)),
         tool_version=tool_version,
         left_out=left_out_entries(series, left_out),
+        rocm=rocm_build,
     )
 
 
@@ -400,6 +446,14 @@ def format_record(record: Provenance, source: str | None = None) -> str:
         f"build:    mode {record.mode}, device {record.device}, "
         + ("offline, " if record.offline else "")
         + f"vllm-fork {record.tool_version}",
+        *(
+            [
+                f"rocm:     {record.rocm.variant} (ROCm {record.rocm.rocm}, "
+                f"{record.rocm.python}), AITER {record.rocm.aiter or 'not pinned by the base'}"
+            ]
+            if record.rocm
+            else []
+        ),
         *(
             [f"upstream wheel's version of: {', '.join(record.from_upstream_wheel)}"]
             if record.from_upstream_wheel

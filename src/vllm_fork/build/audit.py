@@ -39,7 +39,7 @@ from vllm_fork.build.wheelfile import Wheel, record_digest
 from vllm_fork.errors import ForkError
 from vllm_fork.git import run_git
 from vllm_fork.provenance import PACKAGE_PATH, Provenance, left_out_files, loads
-from vllm_fork.sources.pins import Base
+from vllm_fork.sources.pins import Base, FilePin
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.commits import series_commits
 from vllm_fork.workspace import Workspace
@@ -271,12 +271,13 @@ def audit_wheel(config: Workspace, wheel_path: Path, *, tree: Path | None = None
             record = loads(wheel.read(PACKAGE_PATH))
             version = record["base"]["version"]
             mode = record["build"]["mode"]
-            left_out = left_out_files(Provenance.from_json(record))
+            parsed = Provenance.from_json(record)
+            left_out = left_out_files(parsed)
         except (ValueError, KeyError, TypeError) as exc:
             raise AuditError(f"{wheel_path.name}: unreadable provenance record ({exc})") from None
         fork = record_hashes(wheel)
     base = config.base(version)
-    upstream_path = _upstream_wheel(config, base)
+    upstream_path = _upstream_wheel(config, base, rocm_variant=_rocm_variant(parsed))
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)
     if tree is not None:
@@ -299,7 +300,30 @@ def audit_wheel(config: Workspace, wheel_path: Path, *, tree: Path | None = None
         )
 
 
-def _upstream_wheel(config: Workspace, base: Base) -> Path:
+def _rocm_variant(record: Provenance) -> str | None:
+    """The ROCm variant whose pinned upstream wheel a precompiled ROCm build reused."""
+    if record.mode == "precompiled" and record.device == "rocm":
+        if record.rocm is None:
+            raise AuditError("a precompiled ROCm build's record names no ROCm variant")
+        return record.rocm.variant
+    return None
+
+
+def _upstream_wheel(
+    config: Workspace,
+    base: Base,
+    upstream: FilePin | None = None,
+    *,
+    rocm_variant: str | None = None,
+) -> Path:
+    """The verified upstream wheel to compare with: ``upstream`` when given, the pinned
+    ROCm wheel of ``rocm_variant``, else the base's pinned (CUDA) wheel."""
+    if rocm_variant is not None:
+        from vllm_fork.sources.rocm import ensure_rocm_wheel
+
+        return ensure_rocm_wheel(config, base.rocm_pin(rocm_variant), fetcher=config.fetcher)
+    if upstream is not None:
+        return config.fetcher.ensure(upstream)
     if base.wheel is None:
         raise NoBaselineError(
             f"bases.toml pins no upstream wheel for {base.version}: nothing to audit against"
@@ -344,7 +368,12 @@ def _audit(
 
 
 def align_with_upstream_wheel(
-    config: Workspace, tree: Path, base: Base, *, left_out: Collection[str] = ()
+    config: Workspace,
+    tree: Path,
+    base: Base,
+    *,
+    left_out: Collection[str] = (),
+    upstream: FilePin | None = None,
 ) -> list[str]:
     """The precompiled build's policy for files upstream's sdist and wheel disagree on.
 
@@ -352,9 +381,10 @@ def align_with_upstream_wheel(
     ``tree`` (staged in git, for setuptools-scm), so that the wheel's Python
     matches the binaries it reuses. A series patch of such a file is refused:
     it was written against sources that upstream's binaries were not built
-    from. Returns the replaced paths.
+    from. Returns the replaced paths. ``upstream``: the wheel the build reuses (the
+    pinned ROCm wheel of a ROCm build; default the base's pinned wheel).
     """
-    upstream_path = _upstream_wheel(config, base)
+    upstream_path = _upstream_wheel(config, base, upstream)
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)
         disagree = sdist_wheel_disagreements(tree, base.version, upstream)

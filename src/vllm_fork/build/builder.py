@@ -34,6 +34,7 @@ from vllm_fork.build.env import (
     check_toolchain,
     compiler_missing,
     ensure_build_env,
+    precompiled_rocm_requirements,
     probe_python,
     requirements_file,
 )
@@ -48,7 +49,8 @@ from vllm_fork.provenance import PACKAGE_PATH, make_record, write_into_tree
 from vllm_fork.series.forkversion import fork_version, series_revision
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import sha256_file
-from vllm_fork.sources.pins import Base
+from vllm_fork.sources.pins import Base, FilePin, RocmPin
+from vllm_fork.sources.rocm import base_aiter, ensure_rocm_wheel
 from vllm_fork.workspace import Workspace
 
 DOCKERFILE_HINT = (
@@ -79,6 +81,8 @@ class BuildRequest:
     full: FullOptions = field(default_factory=FullOptions)
     keep_tree: bool = False
     signing_key: Path | None = None  # Ed25519 PEM: sign the provenance statement
+    rocm_variant: str | None = None  # which pinned ROCm wheel (--device rocm, precompiled)
+    rocm_index: str | None = None  # where to download it (default: the index it was pinned from)
 
 
 @dataclass(frozen=True)
@@ -109,11 +113,13 @@ class BuildResult:
 log = logging.getLogger(__name__)
 
 
-def upstream_platform(base: Base) -> str | None:
-    """The manylinux platform tag of the pinned upstream wheel (e.g. manylinux_2_24_x86_64)."""
-    if base.wheel is None:
+def upstream_platform(base: Base, rocm: RocmPin | None = None) -> str | None:
+    """The manylinux platform tag of the pinned upstream wheel (e.g. manylinux_2_24_x86_64);
+    ``rocm``: of that ROCm wheel instead."""
+    name = rocm.filename if rocm is not None else base.wheel.filename if base.wheel else None
+    if name is None:
         return None
-    _, _, _, tags = parse_wheel_filename(base.wheel.filename)
+    _, _, _, tags = parse_wheel_filename(name)
     plats = sorted({t.platform for t in tags if t.platform.startswith("manylinux")})
     return plats[0] if plats else None
 
@@ -126,6 +132,12 @@ class Prepared:
     version: str
     plat_name: str | None
     left_out: tuple[str, ...] = ()  # patch files this build leaves out (Fork-Build: full)
+    rocm: RocmPin | None = None  # the upstream ROCm wheel a precompiled rocm build reuses
+
+    @property
+    def upstream(self) -> FilePin | None:
+        """The upstream wheel whose binaries a precompiled build reuses."""
+        return self.rocm.file if self.rocm is not None else self.base.wheel
 
 
 def prepare(config: Workspace, req: BuildRequest) -> Prepared:
@@ -134,17 +146,19 @@ def prepare(config: Workspace, req: BuildRequest) -> Prepared:
     series = config.series(base.version)
     revision = series_revision(series.directory, len(series.patches))
     left_out = tuple(h.file for h in left_out_of(series, req.mode))
-    version = fork_version(base.version, revision, left_out=bool(left_out))
+    rocm = None
+    if req.mode == "precompiled" and req.device == "rocm":
+        rocm = base.rocm_pin(req.rocm_variant)  # says how to pin one when there is none
+    elif req.rocm_variant:
+        raise UsageError("--rocm-variant applies to a precompiled --device rocm build")
+    version = fork_version(
+        base.version, revision, left_out=bool(left_out), rocm=rocm.variant if rocm else None
+    )
     if req.mode == "precompiled":
-        if req.device != "cuda":
-            raise UsageError(
-                "precompiled mode reuses upstream's CUDA wheel: use --device cuda, or "
-                "--mode full --device rocm on a build host"
-            )
         conflicts = precompiled_conflicts(series.without(left_out).patches)
         if conflicts:
             raise BuildRefused(refusal_message(base.version, conflicts))
-        if base.wheel is None:
+        if rocm is None and base.wheel is None:
             raise BuildRefused(
                 f"bases.toml pins no upstream wheel for {base.version}: precompiled mode "
                 "needs one (`vllm-fork pin`), or use --mode full on a build host"
@@ -155,11 +169,11 @@ def prepare(config: Workspace, req: BuildRequest) -> Prepared:
             + ", ".join(f"{h.file} ({h.change})" for h in left_out_of(series, req.mode))
             + f": the wheel is {version} and lacks them (--mode full includes them)"
         )
-    plat = req.plat_name or upstream_platform(base)
+    plat = req.plat_name or upstream_platform(base, rocm)
     if req.mode != "empty" and plat is None:
         raise UsageError(f"no upstream wheel pinned for {base.version}: pass --plat-name")
     return Prepared(
-        base, series, revision, version, plat if req.mode != "empty" else None, left_out
+        base, series, revision, version, plat if req.mode != "empty" else None, left_out, rocm
     )
 
 
@@ -174,8 +188,8 @@ def make_plan(
     epoch: int,
 ) -> BuildPlan:
     upstream_wheel = None
-    if req.mode == "precompiled" and prep.base.wheel is not None:
-        upstream_wheel = config.fetcher.cached_path(prep.base.wheel)
+    if req.mode == "precompiled" and prep.upstream is not None:
+        upstream_wheel = config.fetcher.cached_path(prep.upstream)
     try:
         # the backend is that of the tree's pyproject.toml; a dry run has no tree yet
         backend = read_backend(tree) if tree.is_dir() else None
@@ -192,6 +206,7 @@ def make_plan(
             upstream_wheel=upstream_wheel,
             full=req.full if req.mode == "full" else None,
             offline=config.offline,
+            rocm_version=prep.rocm.rocm if prep.rocm else None,
         )
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -212,6 +227,15 @@ def dry_run(config: Workspace, req: BuildRequest) -> str:
         f"# vLLM {prep.base.version} + {kept} patch(es) -> "
         f"vllm-{prep.version} ({req.mode}, {req.device})",
         *(f"# left out (Fork-Build: full): {name}" for name in prep.left_out),
+        *(
+            [
+                f"# binaries: {prep.rocm.filename} ({prep.rocm.variant}, ROCm {prep.rocm.rocm}); "
+                f"the wheel is retagged {retag_of(prep.rocm)[0]}-{retag_of(prep.rocm)[1]} after "
+                "the build, as upstream's ROCm wheel is"
+            ]
+            if prep.rocm
+            else []
+        ),
         "# the tree is a fresh `materialize` of the base and its series; SOURCE_DATE_EPOCH "
         "is set to its HEAD commit time",
         plan.render(os.environ),
@@ -292,6 +316,40 @@ def run_backend(plan: BuildPlan, log_path: Path) -> str:
     return name
 
 
+def retag_of(pin: RocmPin) -> tuple[str, str]:
+    """The (python, abi) tags of upstream's ROCm wheel, which the fork wheel takes."""
+    _, _, _, tags = parse_wheel_filename(pin.filename)
+    tag = sorted(tags, key=str)[0]
+    return tag.interpreter, tag.abi
+
+
+def retag(built: Path, pin: RocmPin, *, python: str, epoch: int, log_path: Path) -> Path:
+    """Give the wheel the Python and ABI tags of upstream's ROCm wheel (``cp312-cp312``).
+
+    vLLM's build tags a wheel with the Python running it (``--py-limited-api`` gives
+    ``cp38-abi3``), but the binaries it reuses are upstream's, built and published for
+    one Python only: the fork wheel must not claim more. pypa's ``wheel tags`` rewrites
+    the tags (file name, WHEEL and RECORD) in the build environment."""
+    py_tag, abi_tag = retag_of(pin)
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch), PYTHONNOUSERSITE="1")
+    env.pop("PYTHONPATH", None)
+    cmd = [python, "-m", "wheel", "tags", f"--python-tag={py_tag}", f"--abi-tag={abi_tag}"]
+    with open(log_path, "ab") as fh:
+        proc = subprocess.run(
+            [*cmd, "--remove", str(built)],
+            cwd=built.parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=fh,
+        )
+    name = proc.stdout.decode().strip().splitlines()[-1:] if proc.returncode == 0 else []
+    out = built.parent / name[0] if name else None
+    if out is None or not out.is_file():
+        raise _failure(log_path, f"retagging {built.name} as {py_tag}-{abi_tag} failed")
+    log.info(f"retagged {built.name} -> {out.name} (the tags of {pin.filename})")
+    return out
+
+
 # The marked name of a build's scratch directory in <cache>/work (vllm_fork.lock).
 BUILD_LABEL = "build-"
 
@@ -356,9 +414,14 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
         faults.point("build.materialized")
         aligned: list[str] = []
         if req.mode == "precompiled":
-            assert prep.base.wheel is not None
-            config.fetcher.ensure(prep.base.wheel)
-            aligned = align_with_upstream_wheel(config, tree, prep.base, left_out=prep.left_out)
+            assert prep.upstream is not None
+            if prep.rocm is not None:
+                ensure_rocm_wheel(config, prep.rocm, req.rocm_index, config.fetcher)
+            else:
+                config.fetcher.ensure(prep.upstream)
+            aligned = align_with_upstream_wheel(
+                config, tree, prep.base, left_out=prep.left_out, upstream=prep.upstream
+            )
         record = make_record(
             base=prep.base,
             series=prep.series,
@@ -368,15 +431,25 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
             device=req.device,
             tool_version=__version__,
             left_out=prep.left_out,
+            rocm=prep.rocm,
+            aiter=base_aiter(config, prep.base.version) if prep.rocm else None,
         )
         record = replace(record, from_upstream_wheel=tuple(aligned), offline=config.offline)
         write_into_tree(tree, record)
         # setuptools-scm lists the package files from git: the record must be in the index.
         run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
         epoch = int(git_out(["log", "-1", "--format=%ct", "HEAD"], cwd=tree))
-        python = req.build_python or str(
-            ensure_build_env(config, requirements_file(tree, req.device))
-        )
+        if req.build_python:
+            python = req.build_python
+        elif prep.rocm is not None:
+            # vLLM's setup.py only imports torch here: a small environment, not ROCm's torch
+            python = str(
+                ensure_build_env(
+                    config, precompiled_rocm_requirements(tree, work), allow_cpu_torch=True
+                )
+            )
+        else:
+            python = str(ensure_build_env(config, requirements_file(tree, req.device)))
         if not (req.mode == "full" and req.build_python):
             _preflight(req, python, prep.base.torch)
         dist = work / "dist"
@@ -391,6 +464,8 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
         built = dist / name
         if not built.is_file():
             raise BuildFailed(f"vLLM's build returned {name!r} but no such wheel is in {dist}")
+        if prep.rocm is not None:
+            built = retag(built, prep.rocm, python=python, epoch=epoch, log_path=work / "build.log")
         faults.point("build.verify")
         report = verify_wheel(config, built, tree=tree)
         if not report.passed:

@@ -56,6 +56,42 @@ def requirements_file(tree: Path, device: str) -> Path:
     raise BuildEnvError(f"the base has no {candidates[0]} (nor {', '.join(candidates[1:])})")
 
 
+# What vLLM's setup.py needs to run its precompiled path (it compiles nothing there):
+# the build backend and its tools, and an importable torch (it reads torch.version).
+PRECOMPILED_ROCM_TOOLS = ("setuptools", "setuptools-scm", "wheel", "packaging", "jinja2")
+
+
+def precompiled_rocm_requirements(tree: Path, work: Path) -> Path:
+    """The requirements of a precompiled ROCm build's environment, written into ``work``.
+
+    The base's ``requirements/build/rocm.txt`` wants ROCm's torch (several GB, from
+    download.pytorch.org) and the ROCm tool chain, which only a compiling build uses.
+    vLLM's precompiled path imports torch only to read ``torch.version``: the
+    build tools' lines of that file are kept and torch is the CPU build the fork's
+    tree venvs use (``TREE_TORCH``); the plan gives torch.version.hip the pinned ROCm
+    version (:data:`vllm_fork.build.plan.ROCM_VIEW`)."""
+    from vllm_fork.release.treevenv import torch_spec
+
+    source = requirements_file(tree, "rocm")
+    keep: list[str] = []
+    for line in source.read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if not text or text.startswith("-"):
+            continue
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) in PRECOMPILED_ROCM_TOOLS:
+            keep.append(str(req))
+    names = {canonicalize_name(Requirement(r).name) for r in keep}
+    keep += [t for t in PRECOMPILED_ROCM_TOOLS if t not in names]
+    keep.append(torch_spec())
+    out = Path(work) / "precompiled-rocm.txt"
+    out.write_text("".join(f"{r}\n" for r in sorted(keep)))
+    return out
+
+
 def env_key(requirements: Path, python_version: str) -> str:
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
     return f"py{python_version}-{requirements.stem}-{digest}"
@@ -98,8 +134,15 @@ def _cpu_torch_installed(env_dir: Path) -> str | None:
     return None
 
 
-def ensure_build_env(config: Config, requirements: Path, python: str = sys.executable) -> Path:
-    """The cached environment for ``requirements``, created on first use; its python."""
+def ensure_build_env(
+    config: Config,
+    requirements: Path,
+    python: str = sys.executable,
+    *,
+    allow_cpu_torch: bool = False,
+) -> Path:
+    """The cached environment for ``requirements``, created on first use; its python
+    (``allow_cpu_torch``: a CPU-only torch is what the environment is for)."""
     version = _run_probe(python, "version")["python"]
     root = config.cache.build_envs
     key = env_key(requirements, version)
@@ -108,7 +151,7 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
     with cache_lock(root):
         if (env_dir / READY).is_file():
             cpu_torch = _cpu_torch_installed(env_dir)
-            if cpu_torch is None:
+            if cpu_torch is None or allow_cpu_torch:
                 return env_python
             log.warning(
                 f"the build environment {env_dir} holds the CPU-only torch {cpu_torch}; "
@@ -124,7 +167,8 @@ def ensure_build_env(config: Config, requirements: Path, python: str = sys.execu
             # pip's output is progress: to stderr, stdout carries only the command's result
             subprocess.run([python, "-m", "venv", env_dir], check=True, stdout=sys.stderr)
             constraints = env_dir / CONSTRAINTS
-            constraints.write_text("".join(f"{c}\n" for c in cpu_torch_exclusions(requirements)))
+            excluded = [] if allow_cpu_torch else cpu_torch_exclusions(requirements)
+            constraints.write_text("".join(f"{c}\n" for c in excluded))
             subprocess.run(
                 [env_python, "-m", "pip", "install", "--no-input", "-q"]
                 + ["-r", str(requirements), "-c", str(constraints)],
@@ -217,7 +261,9 @@ def check_build_python(
             "without CUDA (vLLM reads torch.version.cuda to select the build and its "
             "requirements)"
         )
-    if device == "rocm" and not info.torch_hip:
+    # a precompiled ROCm build compiles nothing: the plan gives torch.version.hip the
+    # pinned wheel's ROCm version when the build torch has none (plan.ROCM_VIEW)
+    if device == "rocm" and mode == "full" and not info.torch_hip:
         problems.append(f"a ROCm build of torch is needed for --device rocm, found {pk['torch']}")
     if mode == "full":
         for tool in ("cmake", "ninja"):

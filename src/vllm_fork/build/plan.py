@@ -8,7 +8,10 @@ environment is prepared (and cached) by the tool. The hook returns the name
 of the wheel it wrote. Modes:
 
 - ``precompiled``: vLLM's precompiled mode, fed with the pinned upstream
-  wheel of the same version (``VLLM_PRECOMPILED_WHEEL_LOCATION``);
+  wheel of the same version (``VLLM_PRECOMPILED_WHEEL_LOCATION``): the CUDA
+  wheel for ``cuda``, the pinned ROCm wheel for ``rocm`` (by file: vLLM's own
+  look-up of a ROCm index is never reached, and its index URL is pointed at a
+  refusing address besides);
 - ``full``: the CMake extension build for ``cuda`` or ``rocm``;
 - ``empty``: vLLM's pure-Python target (``VLLM_TARGET_DEVICE=empty``).
 """
@@ -56,12 +59,21 @@ SCRUBBED = (
     "VLLM_VERSION_OVERRIDE",
     "VLLM_MAIN_CUDA_VERSION",
     "VLLM_DOCKER_BUILD_CONTEXT",
+    "VLLM_ROCM_WHEEL_INDEX",
+    "VLLM_FORK_TORCH_HIP",
     "SETUPTOOLS_SCM_PRETEND_VERSION",
     "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM",
     "PYTHONPATH",
     "PIP_NO_BUILD_ISOLATION",
     *SOURCE_VARS.values(),
 )
+
+# A precompiled ROCm build: vLLM's setup.py selects ROCm (its requirements, its
+# extension list, whose binaries it copies) by torch.version.hip and compiles nothing.
+# Where the build torch is no ROCm build, this directory's sitecustomize gives
+# torch.version.hip the pinned wheel's ROCm version (VLLM_FORK_TORCH_HIP).
+ROCM_VIEW = Path(__file__).resolve().parent / "inside" / "rocm_view"
+REFUSED_INDEX = "http://127.0.0.1:9/refused"  # the discard port: a look-up fails at once
 
 # PEP 517: a project without build-system.build-backend is built by setuptools' legacy backend.
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
@@ -201,6 +213,7 @@ def plan_build(
     upstream_wheel: Path | None = None,
     full: FullOptions | None = None,
     offline: bool = False,
+    rocm_version: str | None = None,
 ) -> BuildPlan:
     """The environment and command that build ``tree`` into a wheel in ``out_dir``;
     ``offline``: the build must not reach the network (OFFLINE_ENV; a full build's
@@ -223,16 +236,17 @@ def plan_build(
             raise PlanError(f"a {mode} build needs a platform tag (e.g. manylinux_2_28_x86_64)")
         build_options = [f"--py-limited-api={LIMITED_API}", f"--plat-name={plat_name}"]
     if mode == "precompiled":
-        if device != "cuda":
-            raise PlanError(
-                "vLLM's precompiled mode reuses upstream's CUDA wheel: use --device cuda, or "
-                "--mode full --device rocm on a ROCm build host"
-            )
         if upstream_wheel is None:
             raise PlanError("a precompiled build needs the upstream wheel")
-        env["VLLM_TARGET_DEVICE"] = "cuda"
+        if device == "rocm" and not rocm_version:
+            raise PlanError("a precompiled ROCm build needs the pinned ROCm wheel's version")
+        env["VLLM_TARGET_DEVICE"] = device
         env["VLLM_USE_PRECOMPILED"] = "1"
         env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = str(upstream_wheel)
+        if device == "rocm":
+            env["VLLM_ROCM_WHEEL_INDEX"] = REFUSED_INDEX
+            env["VLLM_FORK_TORCH_HIP"] = str(rocm_version)
+            env["PYTHONPATH"] = str(ROCM_VIEW)
     elif mode == "full":
         full = full or FullOptions()
         _check_full(device, full)

@@ -34,7 +34,13 @@ from vllm_fork.provenance import (
     make_record,
     parse,
 )
-from vllm_fork.series.forkversion import NOFULL, fork_version, leaves_out, series_revision
+from vllm_fork.series.forkversion import (
+    NOFULL,
+    fork_version,
+    leaves_out,
+    rocm_variant,
+    series_revision,
+)
 from vllm_fork.workspace import Workspace
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
@@ -153,6 +159,25 @@ def _audit(config: Workspace, wheel_path: Path, report: Report, tree: Path | Non
     )
 
 
+def _rocm_pin(config: Workspace, base: Any, record: Any, report: Report) -> Any:
+    """The ROCm pin a precompiled ROCm build reused (None for other builds; False, with
+    the mismatch reported, when bases.toml does not pin it)."""
+    if not (record.mode == "precompiled" and record.device == "rocm"):
+        return None
+    variant = record.rocm.variant if record.rocm else rocm_variant(record.version)
+    try:
+        return base.rocm_pin(variant)
+    except ForkError as exc:
+        report.check(False, "ROCm wheel pin", str(exc))
+        return False
+
+
+def _aiter(config: Workspace, version: str) -> str | None:
+    from vllm_fork.sources.rocm import base_aiter
+
+    return base_aiter(config, version)
+
+
 def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     with Wheel(wheel_path) as wheel:
         problems = wheel.check_record()
@@ -199,15 +224,22 @@ def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     revision = series_revision(series.directory, len(series.patches))
     mode = record.mode
     left_out = tuple(h.file for h in left_out_of(series, mode))
+    rocm = _rocm_pin(config, base, record, report)
+    if rocm is False:
+        return
     expected = make_record(
         base=base,
         series=series,
-        version=fork_version(base.version, revision, left_out=bool(left_out)),
+        version=fork_version(
+            base.version, revision, left_out=bool(left_out), rocm=rocm.variant if rocm else None
+        ),
         revision=revision,
         mode=mode,
         device=record.device,
         tool_version=record.tool_version,
         left_out=left_out,
+        rocm=rocm,
+        aiter=_aiter(config, base.version) if rocm else None,
     )
     # the release-file checks (vllm_fork.deploy) read the records' JSON objects
     report.record, report.expected_base = record.to_json(), expected.to_json()["base"]
@@ -218,11 +250,18 @@ def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     )
     if record.mode == "precompiled":
         recorded = record.upstream_wheel
+        pinned = expected.upstream_wheel
         report.check(
-            recorded == expected.upstream_wheel,
-            f"upstream wheel {base.wheel.filename if base.wheel else '-'} sha256 matches "
-            "bases.toml",
+            recorded == pinned,
+            f"upstream wheel {pinned.filename if pinned else '-'} sha256 matches bases.toml",
             f"wheel records {recorded.to_json() if recorded else None}",
+        )
+    if rocm:
+        report.check(
+            record.rocm == expected.rocm,
+            f"ROCm variant {rocm.variant} (ROCm {rocm.rocm}, {rocm.python}) and AITER "
+            f"{expected.rocm.aiter if expected.rocm else None} match bases.toml and the base",
+            f"wheel records {record.rocm.to_json() if record.rocm else None}",
         )
     recorded_out = left_out_files(record)
     report.check(

@@ -35,7 +35,19 @@ def build_args(p: argparse.ArgumentParser) -> None:
         "--device",
         choices=DEVICES,
         default="cuda",
-        help="GPU target of a full build (precompiled mode is cuda)",
+        help="GPU target (default cuda); a precompiled rocm build reuses the ROCm wheel "
+        "bases.toml pins for the base (`vllm-fork pin V --rocm-index URL`)",
+    )
+    p.add_argument(
+        "--rocm-variant",
+        metavar="rocmNNN",
+        help="which pinned ROCm wheel a precompiled rocm build reuses (needed when several)",
+    )
+    p.add_argument(
+        "--rocm-index",
+        metavar="URL|DIR",
+        help="where to download the pinned ROCm wheel (default: the index it was pinned "
+        "from, or the download cache)",
     )
     p.add_argument(
         "-o",
@@ -135,6 +147,8 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
         full=_full_options(args),
         keep_tree=args.keep_tree,
         signing_key=args.signing_key,
+        rocm_variant=args.rocm_variant,
+        rocm_index=args.rocm_index,
     )
     if args.dry_run:
         text = dry_run(config, req)

@@ -35,7 +35,7 @@ from vllm_fork.cli.release import (
     update_run,
 )
 from vllm_fork.config import ENV_CACHE, load_config
-from vllm_fork.errors import CacheError, ForkError
+from vllm_fork.errors import CacheError, ForkError, UsageError
 from vllm_fork.workspace import Workspace
 
 
@@ -57,11 +57,50 @@ def _pin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("versions", nargs="+", metavar="VERSION", help="vLLM release(s) to pin")
     p.add_argument("--supported", action="store_true", help="mark as a supported base")
     p.add_argument("--default", action="store_true", help="make it the default base")
+    rocm = p.add_argument_group(
+        "ROCm wheel",
+        "pin upstream's ROCm wheel of one pinned base instead (what `build --device rocm` reuses)",
+    )
+    src = rocm.add_mutually_exclusive_group()
+    src.add_argument(
+        "--rocm-index",
+        metavar="URL|DIR",
+        help="PEP 503 simple index (upstream's ROCm wheel index or your mirror) or a local "
+        "directory of wheels",
+    )
+    src.add_argument("--rocm-wheel", type=Path, metavar="FILE", help="a ROCm wheel you have")
+    rocm.add_argument(
+        "--rocm-variant", metavar="rocmNNN", help="the ROCm variant (required when several)"
+    )
+    rocm.add_argument(
+        "--rocm-python", default="cp312", metavar="TAG", help="Python tag (default: cp312)"
+    )
 
 
 def _pin_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.sources.pinner import pin_versions
 
+    if args.rocm_index or args.rocm_wheel:
+        from vllm_fork.sources.rocm import pin_rocm
+
+        if len(args.versions) != 1 or args.supported or args.default:
+            raise UsageError("a ROCm wheel is pinned for one base at a time, without flags")
+        _, pin = pin_rocm(
+            config,
+            config.fetcher,
+            args.versions[0],
+            index=args.rocm_index,
+            wheel=args.rocm_wheel,
+            python=args.rocm_python,
+            variant=args.rocm_variant,
+        )
+        print(
+            f"{args.versions[0]}: {pin.filename} ({pin.variant}, ROCm {pin.rocm}, {pin.python}) "
+            f"sha256 {pin.sha256}"
+        )
+        return 0
+    if args.rocm_variant:
+        raise UsageError("--rocm-variant goes with --rocm-index or --rocm-wheel")
     pins = pin_versions(
         config, config.fetcher, args.versions, supported=args.supported, default=args.default
     )

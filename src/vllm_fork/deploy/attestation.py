@@ -102,6 +102,8 @@ def make_statement(
                     "mode": record["build"]["mode"],
                     "device": record["build"]["device"],
                     "version": record["version"],
+                    # a build on upstream's ROCm wheel: variant, ROCm version, Python, AITER
+                    **({"rocm": record["build"]["rocm"]} if record["build"].get("rocm") else {}),
                 },
                 "resolvedDependencies": deps,
             },

@@ -88,6 +88,16 @@ def make_notes(
         f"- **Wheel**: `{wheel_name}` (sha256 `{wheel_sha256}`)",
         f"- **Build**: {build['mode']} mode, {build['device']}; "
         f"{record['tool']['name']} {record['tool']['version']}",
+        *(
+            [
+                f"- **Binaries**: upstream's ROCm wheel `{base['upstream_wheel']['filename']}` "
+                f"(sha256 `{base['upstream_wheel']['sha256']}`): {rocm['variant']}, ROCm "
+                f"{rocm['rocm_version']}, {rocm['python']} only; AITER "
+                f"{rocm.get('aiter') or 'not pinned by the base'} (the base's ROCm image)"
+            ]
+            if (rocm := build.get("rocm")) and base.get("upstream_wheel")
+            else []
+        ),
         f"- **Series**: revision {record['series']['revision']}, {len(patches)} patch(es)",
         "",
         "## Changes",

@@ -49,6 +49,19 @@ def _props(values: dict[str, str | None]) -> list[Property]:
     return [Property(name=PROP + k, value=v) for k, v in values.items() if v]
 
 
+def _rocm_props(record: dict[str, Any]) -> dict[str, str | None]:
+    """The ROCm facts of a build on upstream's ROCm wheel (none for other builds)."""
+    rocm = record["build"].get("rocm")
+    if not rocm:
+        return {}
+    return {
+        "rocm-variant": rocm["variant"],
+        "rocm-version": rocm["rocm_version"],
+        "rocm-python": rocm["python"],
+        "aiter-tag": rocm.get("aiter"),
+    }
+
+
 def make_sbom(
     record: dict[str, Any],
     *,
@@ -86,6 +99,7 @@ def make_sbom(
                 "build-mode": record["build"]["mode"],
                 "build-device": record["build"]["device"],
                 "series-revision": str(record["series"]["revision"]),
+                **_rocm_props(record),
                 **{f"build-env:{k}": v for k, v in sorted(environment.items())},
             }
         ),
@@ -207,6 +221,9 @@ def check_sbom(
         bad.append(f"version is {wheel.get('version')}, the wheel's is {record['version']}")
     if _file_name(wheel) != wheel_name:
         bad.append(f"purl {wheel.get('purl')} does not name {wheel_name}")
+    for name, value in _rocm_props(record).items():
+        if _prop(wheel, name) != value:
+            bad.append(f"{name} {_prop(wheel, name)}, record {value}")
     if _prop(wheel, "build-mode") != record["build"]["mode"]:
         bad.append(f"build mode {_prop(wheel, 'build-mode')}, record {record['build']['mode']}")
     tools = {c.get("name"): c.get("version") for c in meta.get("tools", {}).get("components", [])}

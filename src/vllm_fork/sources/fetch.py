@@ -199,8 +199,19 @@ class Fetcher:
             f"{filename} is not on any configured index (searched: {searched}){failed}"
         )
 
-    def ensure(self, pin: FilePin, project: str = PROJECT) -> Path:
-        """Return the cached, verified file for ``pin``, downloading it if needed."""
+    def locate_in(self, filename: str, url: str, project: str = PROJECT) -> Located:
+        """``filename`` on the one index ``url`` (not the pip configuration's)."""
+        if self.config.offline:
+            raise OfflineError("offline mode is on: the package index cannot be read")
+        index = Index(url, self.pip)
+        for pkg in index.packages(project) or ():
+            if pkg.filename == filename:
+                return Located(index, pkg)
+        raise NotOnIndexError(f"{filename} is not on the index {index.display}")
+
+    def ensure(self, pin: FilePin, project: str = PROJECT, *, index: str | None = None) -> Path:
+        """Return the cached, verified file for ``pin``, downloading it if needed
+        (from the index ``index`` when given, else from the configured indexes)."""
         with cache_lock(self.config.cache_dir):
             path = self.cached_path(pin)
             if path.is_file():
@@ -222,7 +233,10 @@ class Fetcher:
                     "mode is on (--offline or VLLM_FORK_OFFLINE=1); run `vllm-fork fetch` "
                     "with network access first"
                 )
-            located = self.locate(pin.filename, project)
+            if index is not None:
+                located = self.locate_in(pin.filename, index, project)
+            else:
+                located = self.locate(pin.filename, project)
             self._download_verified(located, pin, path)
             return path
 

@@ -79,6 +79,7 @@ def pin_versions(
             wheel=wheel_pin,
             supported=supported or (previous.supported if previous else False),
             torch=torch or (previous.torch if previous else None),
+            rocm=previous.rocm if previous else (),
         )
         if default:
             pins.default = version

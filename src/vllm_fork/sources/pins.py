@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,8 @@ else:  # pragma: no cover
 HEADER = (
     "# Pinned upstream vLLM releases. Written by `vllm-fork pin VERSION`; do not edit by hand.\n"
     "# sdist: the source release the series applies to; wheel: upstream's x86_64 build\n"
-    "# of the same version (the binaries a precompiled build reuses).\n\n"
+    "# of the same version (the binaries a precompiled build reuses); rocm.<variant>:\n"
+    "# upstream's ROCm wheel of that version (`vllm-fork pin V --rocm-index URL`).\n\n"
 )
 
 
@@ -35,12 +37,54 @@ class FilePin:
 
 
 @dataclass(frozen=True)
+class RocmPin:
+    """Upstream's ROCm wheel of a base, for one ROCm variant (``rocm700``: its local
+    version label, ROCm 7.0.0): the binaries a precompiled ``--device rocm`` build reuses."""
+
+    variant: str
+    filename: str
+    sha256: str
+    rocm: str  # the ROCm version the variant label stands for, e.g. 7.0.0
+    python: str  # the wheel's Python tag, e.g. cp312
+    index: str | None = None  # the index it was pinned from (no credentials); None: local
+
+    @property
+    def file(self) -> FilePin:
+        return FilePin(self.filename, self.sha256)
+
+
+@dataclass(frozen=True)
 class Base:
     version: str
     sdist: FilePin
     wheel: FilePin | None = None
     supported: bool = False
     torch: str | None = None
+    rocm: tuple[RocmPin, ...] = ()  # sorted by variant
+
+    def rocm_pin(self, variant: str | None) -> RocmPin:
+        """The ROCm pin of ``variant`` (None: the only one); UsageError naming what is pinned."""
+        if not self.rocm:
+            raise UsageError(
+                f"bases.toml pins no upstream ROCm wheel for {self.version}; record one with "
+                f"`vllm-fork pin {self.version} --rocm-index URL` (a PEP 503 index or mirror of "
+                "upstream's ROCm wheels, or a local directory of wheels) or "
+                f"`vllm-fork pin {self.version} --rocm-wheel FILE`"
+            )
+        names = ", ".join(p.variant for p in self.rocm)
+        if variant is None:
+            if len(self.rocm) > 1:
+                raise UsageError(
+                    f"bases.toml pins several ROCm variants of {self.version} ({names}): "
+                    "pass --rocm-variant"
+                )
+            return self.rocm[0]
+        for pin in self.rocm:
+            if pin.variant == variant:
+                return pin
+        raise UsageError(
+            f"bases.toml pins no ROCm variant {variant} of {self.version} (pinned: {names})"
+        )
 
 
 @dataclass
@@ -79,6 +123,37 @@ def _file_pin(data: Any, where: str) -> FilePin:
     return FilePin(name, digest)
 
 
+ROCM_VARIANT_RE = re.compile(r"^rocm(?P<digits>[0-9]{3,})$")
+
+
+def rocm_version_of(variant: str) -> str | None:
+    """The ROCm version a variant label stands for: ``rocm700`` -> 7.0.0 (vLLM writes the
+    first three digits of the ROCm version without dots); None when it is no such label."""
+    m = ROCM_VARIANT_RE.match(variant)
+    if not m:
+        return None
+    d = m.group("digits")
+    return ".".join([d[0], d[1], d[2:]])
+
+
+def _rocm_pins(data: Any, where: str) -> tuple[RocmPin, ...]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"bases.toml: {where} must be a table of [{where}.<variant>] entries")
+    pins = []
+    for variant, entry in sorted(data.items()):
+        at = f"{where}.{variant}"
+        if rocm_version_of(variant) is None:
+            raise ConfigError(f"bases.toml: {at}: {variant!r} is not a variant such as rocm700")
+        file = _file_pin(entry, at)
+        rocm, python, index = entry.get("rocm"), entry.get("python"), entry.get("index")
+        if not isinstance(rocm, str) or not isinstance(python, str):
+            raise ConfigError(f"bases.toml: {at} needs rocm and python (strings)")
+        if index is not None and not isinstance(index, str):
+            raise ConfigError(f"bases.toml: {at}.index must be a string")
+        pins.append(RocmPin(variant, file.filename, file.sha256, rocm, python, index))
+    return tuple(pins)
+
+
 def load_pins(path: Path) -> Pins:
     """Read bases.toml; any malformed content is a ConfigError naming the entry."""
     try:
@@ -113,6 +188,7 @@ def load_pins(path: Path) -> Pins:
             wheel=_file_pin(entry["wheel"], f"{where}.wheel") if "wheel" in entry else None,
             supported=supported,
             torch=torch,
+            rocm=_rocm_pins(entry["rocm"], f"{where}.rocm") if "rocm" in entry else (),
         )
     default = data.get("default")
     if default is not None and not isinstance(default, str):
@@ -149,6 +225,17 @@ def dump_pins(pins: Pins) -> str:
         entry["sdist"] = {"filename": base.sdist.filename, "sha256": base.sdist.sha256}
         if base.wheel:
             entry["wheel"] = {"filename": base.wheel.filename, "sha256": base.wheel.sha256}
+        if base.rocm:
+            entry["rocm"] = {
+                pin.variant: {
+                    "filename": pin.filename,
+                    "sha256": pin.sha256,
+                    "rocm": pin.rocm,
+                    "python": pin.python,
+                    **({"index": pin.index} if pin.index else {}),
+                }
+                for pin in sorted(base.rocm, key=lambda p: p.variant)
+            }
         bases[version] = entry
     doc: dict[str, Any] = {}
     if pins.default:

@@ -1,0 +1,1 @@
+"""Put on PYTHONPATH of a precompiled ROCm build only (see ``sitecustomize``)."""
