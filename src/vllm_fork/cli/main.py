@@ -139,7 +139,7 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
 
     result = export(config, args.dir, force=args.force)
     state = "changed" if result.changed else "unchanged"
-    print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
+    print(f"{result.series_dir}: {len(result.patches)} patch(es), {state}")
     for name in result.written:
         print(f"  wrote {name}")
     for name in result.removed:

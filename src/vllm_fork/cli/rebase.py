@@ -111,11 +111,10 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
         f"{state.onto_version} (before: {state.backup_ref})"
     )
     print(
-        f"series/{state.onto_version}: {len(result.written)} file(s) written, "
-        f"{len(result.removed)} removed"
+        f"{state.series_dir}: {len(result.written)} file(s) written, {len(result.removed)} removed"
     )
     for name in result.old_series_updated:
-        print(f"series/{state.from_version}/{name}: Applied-Upstream: {state.onto_version}")
+        print(f"{Path(state.old_series_dir) / name}: Applied-Upstream: {state.onto_version}")
     for path in result.review:
         print(f"review: {path}")
     return 0

@@ -60,6 +60,7 @@ from typing import Any
 
 from vllm_fork import faults
 from vllm_fork.changes.lifecycle import retirement
+from vllm_fork.config import recorded_workspace
 from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
@@ -90,7 +91,7 @@ from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.commits import read_commits, series_commits
-from vllm_fork.tree.materialize import BASE_KEY, materialize
+from vllm_fork.tree.materialize import BASE_KEY, materialize, tree_repository
 from vllm_fork.tree.stacking import import_ref, stack_upstream
 from vllm_fork.workspace import Workspace
 
@@ -268,7 +269,11 @@ def start_rebase(
     log: Log = print,
 ) -> RebaseResult:
     """Start a rebase; returns when done, raises RebaseConflict on a conflict.
-    ``review``: also write the review there (Markdown; JSON beside it)."""
+    ``review``: also write the review there (Markdown; JSON beside it). The
+    series are written to the repository an existing tree was made from."""
+    tree = tree.absolute()
+    if tree.is_dir() and (tree / ".git").exists():
+        config = recorded_workspace(config, tree_repository(tree), f"the work tree {tree}")
     _check_versions(config, from_version, onto_version)
     new_series = config.series_dir(onto_version)
     if not force_series and (
@@ -278,7 +283,6 @@ def start_rebase(
             f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
             "to replace it)"
         )
-    tree = tree.absolute()
     if not tree.exists() or (tree.is_dir() and not any(tree.iterdir())):
         log(f"materializing {from_version} into {tree}")
         materialize(config, from_version, tree)
@@ -552,6 +556,14 @@ def _restore_files(state: RebaseState) -> None:
 # --- continue / abort --------------------------------------------------------------
 
 
+def state_workspace(config: Workspace, tree: Path, state: RebaseState) -> Workspace:
+    """The workspace of the repository the rebase started from (its state
+    records the series directory): its series are written there, whatever
+    checkout the command runs from (refused when that is another repository)."""
+    recorded = Path(state.series_dir).parent.parent
+    return recorded_workspace(config, recorded, f"the rebase in {tree}")
+
+
 def _in_progress(tree: Path) -> tuple[Path, RebaseState]:
     git_dir = _open_tree(tree)
     state = load_state(git_dir)
@@ -630,6 +642,7 @@ def continue_rebase(
     saying why, for the review) or an interruption."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)
+    config = state_workspace(config, tree, state)
     with _tree_lock(git_dir):
         if skip and state.phase != CONFLICT:
             raise WorkTreeError("--skip drops a patch that stopped on a conflict; there is none")

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
-from vllm_fork.config import Config
+from vllm_fork.config import Config, recorded_workspace
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file, validate_header
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.commits import series_commits, tree_base
-from vllm_fork.tree.materialize import BRANCH
+from vllm_fork.tree.materialize import BRANCH, tree_repository
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-for
 class ExportResult:
     version: str
     patches: list[str]
+    series_dir: Path
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     series_changed: bool = False
@@ -89,7 +90,8 @@ def _number(name: str) -> str:
 
 
 def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
-    """Write the tree's commits as series/<V>/.
+    """Write the tree's commits as series/<V>/ of the repository the tree was
+    made from (refused when the current checkout is another one).
 
     Refused (unless ``force``) when HEAD is detached or behind the ``fork``
     branch, or when the export would drop patches from the series: the
@@ -97,6 +99,8 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
     """
     tree = tree.absolute()
     version = tree_base(tree)
+    # series/ of the repository the tree was made from, never another checkout's
+    config = recorded_workspace(config, tree_repository(tree), f"the work tree {tree}")
     tag = tag_for(version)
     _check_clean(tree)
     # Every path a patch will touch, even one a later patch puts back.
@@ -118,7 +122,7 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
                 validate_header(parse_patch(path))
             except SeriesError as exc:
                 raise SeriesError(f"commit to export has a bad header: {exc}") from None
-        result = ExportResult(version, [p.name for p in produced])
+        result = ExportResult(version, [p.name for p in produced], series_dir)
         _check_loss(tree, series_dir, result.patches, force)
         if not produced and not series_dir.exists():
             return result
