@@ -213,7 +213,9 @@ def _test_run(args: argparse.Namespace, config: Workspace) -> int:
     print(f"fork tests on {tree}: {outcome.summary()}")
     status = 0 if outcome.green else 1
     if args.prove_fail:
-        proofs = prove_failing(tree, python, extra)
+        proofs = prove_failing(
+            tree, python, extra, log=lambda line: print(line, file=sys.stderr, flush=True)
+        )
         print(format_proofs(proofs))
         if not all(proof.ok for proof in proofs):
             print(
