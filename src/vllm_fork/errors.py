@@ -85,3 +85,10 @@ class UnsupportedBaseError(UsageError):
 
 class ExportRefusedError(UsageError):
     """An export that would lose patches (detached or non-tip HEAD, dropped patches)."""
+
+
+class UnknownChangeError(SeriesError):
+    """A patch names a ``Fork-Change`` that neither the registry nor
+    local-changes.toml declares: configuration, not a broken patch."""
+
+    exit_code = 3

@@ -29,6 +29,7 @@ from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.probes.finding import UNPROBED
 from vllm_fork.provenance import PACKAGE_PATH, loads
 
 
@@ -77,7 +78,9 @@ def check_changes(
         files = ", ".join(p["file"] for p in related)
         state = f"{finding.state}: {finding.reason}"
         base = base_findings.get(change) if base_findings else None
-        if carrying and py:
+        if carrying and finding.state == UNPROBED:
+            lines.append(f"{change}: a local change (no probe); provenance: carried by {files}")
+        elif carrying and py:
             if finding.state == "present":
                 lines.append(f"{change}: present in the installed files (carried: {files})")
             else:

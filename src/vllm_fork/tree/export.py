@@ -121,7 +121,7 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
             try:
                 validate_header(parse_patch(path))
             except SeriesError as exc:
-                raise SeriesError(f"commit to export has a bad header: {exc}") from None
+                raise type(exc)(f"commit to export has a bad header: {exc}") from None
         result = ExportResult(version, [p.name for p in produced], series_dir)
         _check_loss(tree, series_dir, result.patches, force)
         if not produced and not series_dir.exists():
