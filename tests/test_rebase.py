@@ -513,7 +513,10 @@ def test_cli_conflict_continue_and_summary(
     tree = tmp_path / "tree"
     assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) == 1
     out = capsys.readouterr().out
-    assert "CONFLICT replaying patch 3/6" in out and "vllm-fork rebase --continue" in out
+    assert "CONFLICT replaying patch 3/6" in out
+    # the commands that go on name the work tree
+    for action in ("--continue", "--skip --reason TEXT", "--abort"):
+        assert f"`vllm-fork rebase {action} {tree}`" in out
     assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) != 0
     assert "in progress" in capsys.readouterr().err
     resolve(tree / "vllm/rope.py", KEEP_UPSTREAM)
@@ -703,3 +706,18 @@ def test_export_writes_the_repository_the_tree_was_made_from(
     assert capsys.readouterr().out.startswith(f"{fork.series_dir(V1).resolve()}: ")
     assert not (other / "series" / V1).exists()
     assert len(load_series(fork.series_dir(V1)).patches) == len(CLEAN_SERIES)
+
+
+def test_rebase_without_dir_outside_a_work_tree_is_refused(
+    fork: Fork, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR defaults to the current directory; in the fork repository itself
+    that is no work tree: refused (exit 2) with what to give instead."""
+    fork.write_series(V1, CLEAN_SERIES)
+    git(fork.root, "init", "-q")
+    monkeypatch.chdir(fork.root)
+    assert main(["rebase", "--from", V1, "--onto", V2]) == 2
+    err = capsys.readouterr().err
+    assert "is not a work tree made by `vllm-fork materialize`" in err
+    assert "give the work tree as DIR" in err
+    assert main(["rebase", "--continue"]) == 2

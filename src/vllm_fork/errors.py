@@ -92,3 +92,10 @@ class UnknownChangeError(SeriesError):
     local-changes.toml declares: configuration, not a broken patch."""
 
     exit_code = 3
+
+
+class RebaseRefusedError(WorkTreeError):
+    """A rebase request refused before anything changed (wrong or dirty tree,
+    one already in progress, none to continue): a refused request, exit 2."""
+
+    exit_code = 2
