@@ -8,9 +8,10 @@ from pathlib import Path
 
 DATE = "2026-11-21T12:00:00+00:00"
 # The identity of the commits the tests make: a fresh machine (CI) has none.
+# Series patches are authored by the fork (series/credits.py; export checks it).
 IDENTITY = {
-    "GIT_AUTHOR_NAME": "vLLM ROCm fork tests",
-    "GIT_AUTHOR_EMAIL": "tests@example.invalid",
+    "GIT_AUTHOR_NAME": "vLLM ROCm fork maintainers",
+    "GIT_AUTHOR_EMAIL": "rocm-fork-maintainers@users.noreply.github.com",
     "GIT_COMMITTER_NAME": "vLLM ROCm fork tests",
     "GIT_COMMITTER_EMAIL": "tests@example.invalid",
 }
