@@ -41,3 +41,24 @@ def test_every_option_the_readme_shows_exists() -> None:
             if option not in known:
                 wrong.append(f"{name} {option}")
     assert wrong == []
+
+
+def test_fork_version_labels_in_the_docs_are_what_a_build_makes() -> None:
+    """A label such as `0.21.0+hardened.22.nofull` in the docs is the one the
+    build of that base makes (the series revision; .nofull where a precompiled
+    build leaves patches out), not one no build makes."""
+    from vllm_fork.config import load_config
+    from vllm_fork.series.forkversion import series_revision
+
+    config = load_config(root=README.parent)
+    wrong = []
+    for doc in [README, *sorted((README.parent / "docs").glob("*.md"))]:
+        for base, rev, nofull in re.findall(
+            r"(\d+\.\d+\.\d+)\+hardened\.(\d+)((?:\.nofull)?)", doc.read_text()
+        ):
+            series = config.series(base)
+            want = series_revision(config.series_dir(base), len(series.patches))
+            full_only = any(h.build == "full" for h in series.headers)
+            if int(rev) != want or (nofull and not full_only):
+                wrong.append(f"{doc.name}: {base}+hardened.{rev}{nofull} (a build makes {want})")
+    assert wrong == []
