@@ -35,7 +35,6 @@ from vllm_fork.changes.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.lock import cache_lock
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
@@ -408,15 +407,16 @@ def compute_matrix(
             row = load_cached_row(config, version, key) if use_cache else None
             if row is None:
                 try:
-                    with cache_lock(config.cache_dir):
-                        fetcher = fetcher or config.fetcher
-                        if not primed and not own:
-                            ensure_upstream(config, series_base, fetcher)
-                            prime(work, series, tag_for(series_base.version))
-                            primed = True
-                        log(f"matrix: {version}: checking")
-                        ensure_upstream(config, base, fetcher)
-                        row = compute_row(work, version, base.sdist.sha256, applied)
+                    # ensure_upstream takes the cache lock while it imports; the rest only
+                    # reads the cache, so other commands do not wait for the whole matrix
+                    fetcher = fetcher or config.fetcher
+                    if not primed and not own:
+                        ensure_upstream(config, series_base, fetcher)
+                        prime(work, series, tag_for(series_base.version))
+                        primed = True
+                    log(f"matrix: {version}: checking")
+                    ensure_upstream(config, base, fetcher)
+                    row = compute_row(work, version, base.sdist.sha256, applied)
                     if applied.patches:
                         row.series_base = version if own else series_base.version
                     store_row(config, key, row)
