@@ -70,6 +70,26 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _fresh_machine_git(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test sees git as on a fresh machine: no global or system
+    configuration, hence no identity. The tests give their own commits one
+    (tests/gitutil.py IDENTITY); the tool must never need the user's."""
+    empty = tmp_path_factory.getbasetemp() / "empty.gitconfig"
+    empty.touch()
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
 @dataclass
 class LocalIndex:
     """A PEP 503 index served from 127.0.0.1 by this test process."""

@@ -7,6 +7,14 @@ import subprocess
 from pathlib import Path
 
 DATE = "2026-11-21T12:00:00+00:00"
+# The identity of the commits the tests make: a fresh machine (CI) has none.
+# Series patches are authored by the fork (series/credits.py; export checks it).
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "vLLM ROCm fork maintainers",
+    "GIT_AUTHOR_EMAIL": "rocm-fork-maintainers@users.noreply.github.com",
+    "GIT_COMMITTER_NAME": "vLLM ROCm fork tests",
+    "GIT_COMMITTER_EMAIL": "tests@example.invalid",
+}
 
 
 def trailer_block(
@@ -52,5 +60,10 @@ def commit(tree: Path, subject: str, body: str, trailers: str, edits: dict[str, 
 
 def git(tree: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", *args], cwd=tree, check=True, capture_output=True, text=True
+        ["git", *args],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **IDENTITY},
     ).stdout

@@ -21,6 +21,11 @@ from vllm_fork.config import Config, load_config
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.upstream import import_sdist, init_repo
 
+try:
+    from .gitutil import IDENTITY
+except ImportError:
+    from gitutil import IDENTITY  # type: ignore[no-redef]
+
 DATE = "2026-11-21T12:00:00+00:00"
 
 
@@ -82,7 +87,7 @@ def sdist_bytes(version: str, files: dict[str, str]) -> bytes:
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    full = dict(os.environ, **(env or {}))
+    full = {**os.environ, **IDENTITY, **(env or {})}
     proc = subprocess.run(["git", *args], cwd=cwd, env=full, capture_output=True, text=True)
     if proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")

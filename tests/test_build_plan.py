@@ -495,3 +495,24 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     assert [p.name for p in audited] == [wheel.name]  # verify ran on the hook's wheel
     assert wheel.name in [p.name for p in dist.iterdir()]
     assert not any(fork_repo.config.cache.work.iterdir())  # the build tree was removed
+
+
+def test_the_published_wheel_gets_the_mode_of_a_new_file(tmp_path: Path) -> None:
+    """The wheel is readable like the SBOM and provenance beside it (0644
+    under umask 022), not 0600 like the temporary file it was copied through."""
+    import os
+
+    from vllm_fork.build.builder import _publish
+
+    built = tmp_path / "build" / "vllm-1.0.0+hardened.1-py3-none-any.whl"
+    built.parent.mkdir()
+    built.write_bytes(b"wheel")
+    out = tmp_path / "dist"
+    out.mkdir()
+    old = os.umask(0o022)
+    try:
+        target = _publish(built, out)
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"wheel"
+    assert target.stat().st_mode & 0o777 == 0o644

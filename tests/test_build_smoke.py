@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,25 @@ def test_smoke_refuses_wheel_without_record(fork_repo: ForkRepo, tmp_path: Path)
     wheel = write_wheel(tmp_path / f"vllm-1.0-{tag}.whl", {"vllm/__init__.py": b""}, "1.0", tag)
     with pytest.raises(SmokeFailed, match="not a fork build"):
         smoke(fork_repo.config, wheel)
+
+
+def test_smoke_installed_needs_no_wheel_and_reports_no_install(
+    fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`smoke --installed VENV --no-import` checks an existing venv without
+    WHEEL; it never claims an install it did not make."""
+    from vllm_fork.build.smoke import SmokeResult, format_result
+    from vllm_fork.cli.main import main
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    # no WHEEL: accepted; this venv has no vLLM, which is what fails
+    assert main(["smoke", "--installed", str(venv), "--no-import"]) == 1
+    assert "vllm" in capsys.readouterr().err
+    assert main(["smoke"]) == 2
+    assert "give the WHEEL to install, or --installed VENV" in capsys.readouterr().err
+    result = SmokeResult(0.0, 0.1, {"python": "3.12"}, imported=False, existing=venv)
+    text = format_result(None, result)
+    assert f"install: none (checked the existing venv {venv})" in text
+    assert "install (" not in text

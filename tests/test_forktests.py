@@ -15,6 +15,7 @@ from vllm_fork.git import run_git
 from vllm_fork.testing.forktests import (
     NO_GPU_HERE,
     SIM_PLUGIN,
+    format_proofs,
     is_test_module,
     parse_junit,
     patch_commits,
@@ -375,3 +376,54 @@ def test_a_failure_in_another_module_does_not_fail_this_patchs_tests() -> None:
     assert run.of_files(["tests/test_b.py"]).green
     assert not run.of_files(["tests/test_a.py"]).green
     assert run.of_files(["tests/test_a.py"]).failed == 1
+
+
+def test_a_change_patch_without_tests_is_listed_not_proven(work_tree: Path) -> None:
+    """Every change and hardening patch gets a row: one that brings no test is
+    'not proven', never left out; each run logs a progress line."""
+    _commit(
+        work_tree,
+        {"pkg/gate.py": "def gate(n):\n    return n % 16 == 0\n"},
+        "Tighten the gate, untested",
+        "ar-rms-pack-gate",
+        "hardening",
+    )
+    lines: list[str] = []
+    proofs = {
+        p.patch.subject: p for p in prove_failing(work_tree, sys.executable, log=lines.append)
+    }
+    untested = proofs["Tighten the gate, untested"]
+    assert untested.counts and not untested.ok
+    assert untested.verdict == "NOT PROVEN: the patch brings no tests"
+    assert "| Tighten the gate, untested | ar-rms-pack-gate | hardening |" in format_proofs(
+        list(proofs.values())
+    )
+    # with every patch + one run without each of the two tested judged patches
+    assert len(lines) == 3 and all(line.startswith("prove-fail: [") for line in lines)
+    assert any("without Gate by pack size: " in line for line in lines)
+
+
+def test_update_tests_log_progress_and_its_report_names_unproven_patches(
+    work_tree: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`update`'s tests: pytest's own output stays off stdout (where the report
+    goes), a progress line per run goes to stderr, and the report names the
+    patches that are not proven."""
+    from vllm_fork.release import update
+
+    monkeypatch.setattr(
+        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *_a, **_k: Path(sys.executable)
+    )
+    monkeypatch.setattr("vllm_fork.release.check.pytest_args", lambda _tree: [])
+    report = update.UpdateReport(update.DONE, "9.9.8", "9.9.9", tree=str(work_tree))
+    update._test(None, work_tree, None, report)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "update: fork tests: " in err and "prove-fail: [" in err
+    text = update.format_update(report)
+    assert "Prove-fail: 1 proven of 2 change/hardening patch(es)" in text
+    assert (
+        "- not proven: A hardening whose test does not depend on it "
+        "(NOT PROVEN: passes without the patch)" in text
+    )
+    assert "..." not in text

@@ -203,3 +203,22 @@ def test_release_notes_since_the_previous_published_version(
     (server.packages / next((tmp_path / "old").iterdir()).name).unlink()
     assert main(["release-notes", str(wheel), "--index-url", server.simple]) == 0
     assert "First fork version of vLLM" in capsys.readouterr().out
+
+
+def test_publish_without_credentials_says_so_before_verifying(
+    series_repo: ForkRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A missing password is reported at once, not after verifying every wheel."""
+    monkeypatch.delenv("TWINE_USERNAME", raising=False)
+    monkeypatch.delenv("TWINE_PASSWORD", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    wheel = released(series_repo, tmp_path / "d")
+
+    def no_verify(*_args, **_kwargs):
+        raise AssertionError("verified before the credentials were checked")
+
+    monkeypatch.setattr("vllm_fork.build.verify.verify_wheel", no_verify)
+    assert main(["publish", str(wheel), "--repository", f"http://127.0.0.1:{free_port()}/"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("vllm-fork: error: twine: ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -512,7 +513,10 @@ def test_cli_conflict_continue_and_summary(
     tree = tmp_path / "tree"
     assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) == 1
     out = capsys.readouterr().out
-    assert "CONFLICT replaying patch 3/6" in out and "vllm-fork rebase --continue" in out
+    assert "CONFLICT replaying patch 3/6" in out
+    # the commands that go on name the work tree
+    for action in ("--continue", "--skip --reason TEXT", "--abort"):
+        assert f"`vllm-fork rebase {action} {tree}`" in out
     assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) != 0
     assert "in progress" in capsys.readouterr().err
     resolve(tree / "vllm/rope.py", KEEP_UPSTREAM)
@@ -628,3 +632,92 @@ def test_added_file_stays_in_a_directory_upstream_emptied(
     assert results(result.state) == [(added.subject, "applied")]
     assert (tree / "tests/old/test_fork.py").is_file()
     assert not (tree / "tests/new/test_fork.py").exists()
+
+
+def _other_checkout(fork: Fork, tmp_path: Path) -> Path:
+    """A second fork repository with the same pins: the checkout the tool is
+    installed from, which the tool fell back to outside any repository."""
+    other = tmp_path / "installed-checkout"
+    (other / "series").mkdir(parents=True)
+    (other / "bases.toml").write_bytes((fork.root / "bases.toml").read_bytes())
+    return other
+
+
+def test_continue_from_inside_the_tree_writes_the_starting_repository(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rebase --continue DIR` run from inside the work tree, outside any fork
+    repository: the series go to the repository the rebase started from (its
+    state records it), not to the checkout the tool is installed from."""
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) == 1
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    capsys.readouterr()
+    other = _other_checkout(fork, tmp_path)
+    monkeypatch.delenv("VLLM_FORK_ROOT")
+    monkeypatch.setattr("vllm_fork.config.find_root", lambda start=None: other)
+    monkeypatch.chdir(tree)
+    assert main(["rebase", "--continue", "."]) == 0
+    out = capsys.readouterr().out
+    assert not (other / "series" / V2).exists()
+    assert len(load_series(fork.series_dir(V2)).patches) == 5
+    assert f"{fork.series_dir(V2).resolve()}: " in out
+
+
+def test_continue_from_another_repository_is_refused(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    assert main(["rebase", "--from", V1, "--onto", V2, str(tree)]) == 1
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    capsys.readouterr()
+    other = _other_checkout(fork, tmp_path)
+    monkeypatch.setenv("VLLM_FORK_ROOT", str(other))
+    before = snapshot(tree)
+    assert main(["rebase", "--continue", str(tree)]) == 2
+    err = capsys.readouterr().err
+    assert f"started from the fork repository {fork.root.resolve()}" in err
+    assert snapshot(tree) == before
+    assert not (other / "series" / V2).exists() and not fork.series_dir(V2).exists()
+    monkeypatch.setenv("VLLM_FORK_ROOT", str(fork.root))
+    assert main(["rebase", "--continue", str(tree)]) == 0
+
+
+def test_export_writes_the_repository_the_tree_was_made_from(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fork.write_series(V1, CLEAN_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    shutil.rmtree(fork.series_dir(V1))
+    other = _other_checkout(fork, tmp_path)
+    monkeypatch.setenv("VLLM_FORK_ROOT", str(other))
+    assert main(["export", str(tree)]) == 2
+    assert "run it from" in capsys.readouterr().err
+    assert not (other / "series" / V1).exists()
+    monkeypatch.delenv("VLLM_FORK_ROOT")
+    monkeypatch.setattr("vllm_fork.config.find_root", lambda start=None: other)
+    monkeypatch.chdir(tree)
+    assert main(["export", "."]) == 0
+    assert capsys.readouterr().out.startswith(f"{fork.series_dir(V1).resolve()}: ")
+    assert not (other / "series" / V1).exists()
+    assert len(load_series(fork.series_dir(V1)).patches) == len(CLEAN_SERIES)
+
+
+def test_rebase_without_dir_outside_a_work_tree_is_refused(
+    fork: Fork, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DIR defaults to the current directory; in the fork repository itself
+    that is no work tree: refused (exit 2) with what to give instead."""
+    fork.write_series(V1, CLEAN_SERIES)
+    git(fork.root, "init", "-q")
+    monkeypatch.chdir(fork.root)
+    assert main(["rebase", "--from", V1, "--onto", V2]) == 2
+    err = capsys.readouterr().err
+    assert "is not a work tree made by `vllm-fork materialize`" in err
+    assert "give the work tree as DIR" in err
+    assert main(["rebase", "--continue"]) == 2

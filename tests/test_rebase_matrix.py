@@ -18,6 +18,7 @@ from vllm_fork.rebase.matrix import compute_matrix, format_matrix
 try:
     from .rebase_support import (
         CONFLICT_SERIES,
+        OTHER,
         V1_FILES,
         V2_FILES,
         Fork,
@@ -28,6 +29,7 @@ try:
 except ImportError:
     from rebase_support import (  # type: ignore[no-redef]
         CONFLICT_SERIES,
+        OTHER,
         V1_FILES,
         V2_FILES,
         Fork,
@@ -126,7 +128,8 @@ def test_states_and_series_per_release(
     assert "| release | rope-cache-dtype | rope-fast-kernel | rope-bf16-buffer |" in table
     assert "| 1.0.0 | carried | missing | carried | carried | carried | carried | yes |" in table
     middle_line = next(ln for ln in table.splitlines() if ln.startswith("| 1.1.0 |"))
-    assert "| upstream | conflict | carried | no: 1 of 6 fail (0003-" in middle_line
+    assert "| upstream | conflict | carried | no: 1 of 6 fail (below)" in middle_line
+    assert "\n1.1.0: does not apply: 0003-" in table
     assert "(1 absorbed)" in middle_line
 
     data = matrix.to_json()
@@ -215,3 +218,37 @@ def test_tests_without_the_change_are_not_carried(
     assert base.changes["moe-bias-precast"].state == "missing"
     assert base.changes["rope-bf16-buffer"].state == "missing"
     assert base.series_applies is True
+
+
+def test_each_release_with_its_own_series(
+    fork: Fork, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By default each release is shown with its own series (none here for
+    1.1.0 and 1.2.0); --default-series projects the default base's series."""
+    fork.write_series(NEWEST, [OTHER])
+    assert main(["matrix"]) == 0
+    out = capsys.readouterr().out
+    assert "Each release's own series" in out
+    assert (
+        "| 1.0.0 | carried | missing | carried | carried | carried | carried | 6 patch(es) | yes |"
+        in out
+    )
+    assert (
+        "| 1.1.0 | missing | missing | missing | upstream | missing | missing | none | - |" in out
+    )
+    assert (
+        "| 1.2.0 | missing | missing | carried | upstream | missing | n/a | 1 patch(es) | yes |"
+        in out
+    )
+    table = out[: out.index("Own series and last release check")]
+    assert max(len(line) for line in table.splitlines()) <= 160
+    matrix = compute_matrix(fork.config, own=True)
+    data = matrix.to_json()
+    assert data["mode"] == "own"
+    assert [r["series_base"] for r in data["releases"]] == [BASE, "", NEWEST]
+
+    assert main(["matrix", "--default-series"]) == 0
+    out = capsys.readouterr().out
+    assert f"Series: series/{BASE} (6 patch(es)" in out
+    assert "no: 1 of 6 fail (below)" in out
+    assert main(["matrix", "--series", BASE, "--default-series"]) == 2

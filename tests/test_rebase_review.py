@@ -281,3 +281,30 @@ def test_interdiff_of_hunk_headers_only() -> None:
     assert only_hunk_headers(moved)
     assert not only_hunk_headers(moved + "    - ops line 18\n    + ops line 18 changed\n")
     assert not only_hunk_headers("")
+
+
+def test_status_says_which_release_it_could_not_probe(
+    fork: Fork, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newer pinned release that is not in the cache, offline: status names it
+    as not probed and says its patches are carried only as far as it knows."""
+    from vllm_fork.sources.pins import Base, FilePin, load_pins, save_pins
+
+    monkeypatch.setattr(status_mod, "probe_all", fake_probe_all)
+    fork.write_series(V1, [OTHER, MOE])
+    pins = load_pins(fork.root / "bases.toml")
+    newer = "1.2.0"
+    pins.bases[newer] = Base(newer, FilePin(f"vllm-{newer}.tar.gz", "0" * 64), supported=True)
+    save_pins(fork.root / "bases.toml", pins)
+    assert fork.config.offline
+    report = compute_status(fork.config, V1)
+    assert report.releases_probed == ()
+    assert list(report.not_probed) == [newer]
+    assert main(["--offline", "status", "--base", V1]) == 0
+    out = capsys.readouterr().out
+    assert "none pinned" not in out
+    assert "patches (retirement not probed):" in out
+    assert f"not probed: upstream {newer}: offline and not in the cache" in out
+    assert "carried (not probed)  0001-" in out
+    data = report.to_json()
+    assert newer in data["releases_not_probed"]

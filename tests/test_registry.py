@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,52 @@ def test_a_hardening_item_scoped_to_older_bases_is_left_out_after_them() -> None
         "empty-batch": True,
     }
     assert change.scoped_hardening("0.20.0", found) == found
+
+
+def test_a_maintainers_own_change_is_declared_as_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vllm-fork change add` declares a local change in local-changes.toml; a
+    patch of it then exports, and status, matrix, provenance and release notes
+    show it like the fork's own. Before it is declared, export says how (exit 3)."""
+    from vllm_fork.cli.main import main
+    from vllm_fork.deploy.notes import make_notes
+
+    mine = "our-tweak"
+    lines = numbered("mine", 8)
+    fork = make_fork(tmp_path, monkeypatch, {BASE: {"vllm/mine.py": text(lines)}}, default=BASE)
+    spec = [PatchSpec("[Local] Our tweak", mine, "change", {"vllm/mine.py": {3: "mine tweaked"}})]
+    with pytest.raises(ForkError) as info:
+        fork.write_series(BASE, spec)
+    assert info.value.exit_code == 3
+    assert f"vllm-fork change add {mine} --title TEXT" in str(info.value)
+
+    assert main(["change", "add", mine, "--title", "Our own tweak of mine.py"]) == 0
+    assert "change our-tweak declared" in capsys.readouterr().out
+    assert (fork.root / "local-changes.toml").read_text().startswith("[[change]]\n")
+    assert main(["change", "add", mine, "--title", "again"]) == 3  # the id is taken
+    assert registry.get(mine).local
+    shutil.rmtree(tmp_path / f"author-{BASE}")
+    fork.write_series(BASE, spec)
+    names = [p.name for p in load_series(fork.series_dir(BASE)).patches]
+
+    report = compute_status(fork.config, BASE)
+    local = {c.change: c for c in report.changes}[mine]
+    assert (local.state, local.patches) == ("carried", tuple(names))
+    assert re.search(rf"^  {mine} +carried +a local change", format_status(report), re.M)
+    matrix = compute_matrix(fork.config, [BASE], own=True, use_cache=False)
+    assert matrix.rows[0].changes[mine].state == "carried"
+    assert f"| {mine} | series | series applies |" in format_matrix(matrix)
+
+    record = make_record(
+        base=load_pins(fork.config.bases_file).get(BASE),
+        series=load_series(fork.series_dir(BASE)),
+        version=f"{BASE}+hardened.1",
+        revision=1,
+        mode="empty",
+        device="cuda",
+        tool_version=__version__,
+    ).to_json()
+    assert [p["change"] for p in record["series"]["patches"]] == [mine]
+    notes = make_notes(record, wheel_name="w.whl", wheel_sha256="0" * 64)
+    assert f"| {mine}: Our own tweak of mine.py | carried |" in notes

@@ -130,3 +130,45 @@ def test_unreachable_index_is_a_network_error(fork_repo: ForkRepo, local_index: 
     with pytest.raises(NetworkError, match=r"cannot read index http://127\.0\.0\.1:\d+/simple/"):
         Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
     assert cache_files(fork_repo) == []
+
+
+def test_an_imported_release_is_read_while_another_run_holds_the_cache_lock(
+    fork_repo: ForkRepo,
+) -> None:
+    """status and matrix read an imported release without waiting for the cache
+    lock that a download or import of another release may hold for minutes."""
+    import subprocess
+    import sys
+    import threading
+
+    from vllm_fork.cache import lock_file
+    from vllm_fork.sources.upstream import ensure_upstream
+
+    config = fork_repo.config
+    base = config.base(FAKE_VERSION)
+    tag = ensure_upstream(config, base)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            "fh = open(sys.argv[1], 'a+b')\n"
+            "fcntl.flock(fh, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n",
+            str(lock_file(config.cache_dir)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.append(ensure_upstream(config, base)))
+        reader.start()
+        reader.join(timeout=120)
+        assert not reader.is_alive(), "the reader waited for the cache lock"
+        assert got == [tag]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -283,3 +283,21 @@ def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo)
     elsewhere = fork_repo.config.cache_dir / "tmp" / "tree"
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, elsewhere, internal=True)
+
+
+def test_export_refuses_an_author_the_series_check_would_reject(
+    fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A patch is From: the fork; export says so at once instead of writing a
+    patch that series.credits rejects later."""
+    from vllm_fork.cli.main import main
+
+    tree = tmp_path / "tree"
+    materialize(fork_repo.config, None, tree)
+    commit(tree, "Gate it", "Why.", trailer_block(), {"vllm/layer.py": "x = 1\n"})
+    git(tree, "commit", "-q", "--amend", "--no-edit", "--author=Someone <someone@example.com>")
+    assert main(["export", str(tree)]) == 1
+    err = capsys.readouterr().err
+    assert "must be authored by 'vLLM ROCm fork maintainers <" in err
+    assert "'Gate it' by 'Someone <someone@example.com>'" in err
+    assert not fork_repo.series_dir().exists() or not any(fork_repo.series_dir().glob("*.patch"))

@@ -85,3 +85,17 @@ class UnsupportedBaseError(UsageError):
 
 class ExportRefusedError(UsageError):
     """An export that would lose patches (detached or non-tip HEAD, dropped patches)."""
+
+
+class UnknownChangeError(SeriesError):
+    """A patch names a ``Fork-Change`` that neither the registry nor
+    local-changes.toml declares: configuration, not a broken patch."""
+
+    exit_code = 3
+
+
+class RebaseRefusedError(WorkTreeError):
+    """A rebase request refused before anything changed (wrong or dirty tree,
+    one already in progress, none to continue): a refused request, exit 2."""
+
+    exit_code = 2

@@ -366,6 +366,11 @@ def _publish(built: Path, out_dir: Path) -> Path:
     part = owned_tempfile(out_dir, f"wheel.{os.getpid()}")
     try:
         shutil.copyfile(built, part)
+        # a wheel is a file to share: the mode of a new file under the umask (0644
+        # usually), as the SBOM and provenance beside it, not the 0600 of a temp file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(part, 0o666 & ~umask)
         faults.point("build.publish")
         os.replace(part, target)
     except BaseException:  # SIGTERM or an I/O error: leave nothing behind

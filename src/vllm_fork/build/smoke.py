@@ -29,6 +29,7 @@ from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.probes.finding import UNPROBED
 from vllm_fork.provenance import PACKAGE_PATH, loads
 
 
@@ -45,6 +46,7 @@ class SmokeResult:
     failures: list[str] = field(default_factory=list)
     imported: bool = True
     deps: bool = True  # installed with its dependencies
+    existing: Path | None = None  # the venv checked as it was (--installed): no install
 
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,9 @@ def check_changes(
         files = ", ".join(p["file"] for p in related)
         state = f"{finding.state}: {finding.reason}"
         base = base_findings.get(change) if base_findings else None
-        if carrying and py:
+        if carrying and finding.state == UNPROBED:
+            lines.append(f"{change}: a local change (no probe); provenance: carried by {files}")
+        elif carrying and py:
             if finding.state == "present":
                 lines.append(f"{change}: present in the installed files (carried: {files})")
             else:
@@ -104,7 +108,7 @@ def check_changes(
 
 def smoke(
     config: Config,
-    wheel_path: Path,
+    wheel_path: Path | None,
     *,
     venv: Path | None = None,
     python: str = sys.executable,
@@ -116,14 +120,19 @@ def smoke(
     venv where the wheel was installed some other way, e.g. from an index), check that.
     ``import_vllm=False``: read the installed files only (an install without dependencies).
     ``deps=False``: install the wheel alone (``pip --no-deps``); vLLM is then not imported.
+    ``wheel_path`` None (only with ``installed``): the installed record is the reference.
     """
     import_vllm = import_vllm and deps
-    wheel_path = Path(wheel_path).resolve()
-    with Wheel(wheel_path) as wheel:
-        if not wheel.has(PACKAGE_PATH):
-            raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
-        record = loads(wheel.read(PACKAGE_PATH))
-    expected = record["version"]
+    record: dict[str, Any] | None = None
+    if wheel_path is None:
+        if installed is None:
+            raise SmokeFailed("give the WHEEL to install, or --installed VENV to check")
+    else:
+        wheel_path = Path(wheel_path).resolve()
+        with Wheel(wheel_path) as wheel:
+            if not wheel.has(PACKAGE_PATH):
+                raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
+            record = loads(wheel.read(PACKAGE_PATH))
     keep = venv is not None or installed is not None
     if installed is not None:
         venv = Path(installed)
@@ -136,6 +145,7 @@ def smoke(
     try:
         install_seconds = 0.0
         if installed is None:
+            assert wheel_path is not None
             subprocess.run([python, "-m", "venv", venv], check=True)
             what = "with its dependencies" if deps else "alone (--no-deps)"
             log.info(f"installing {wheel_path.name} {what} into {venv}")
@@ -165,16 +175,28 @@ def smoke(
             tail = "\n".join(proc2.stderr.strip().splitlines()[-20:])
             raise SmokeFailed(f"`import vllm` failed in the new venv:\n{tail}")
         info = json.loads(proc2.stdout.strip().splitlines()[-1])
-        result = SmokeResult(install_seconds, import_seconds, info, imported=import_vllm, deps=deps)
+        result = SmokeResult(
+            install_seconds,
+            import_seconds,
+            info,
+            imported=import_vllm,
+            deps=deps,
+            existing=Path(installed) if installed is not None else None,
+        )
+        installed_record = loads(info.pop("provenance"))
+        if record is None:
+            record = installed_record
+            result.lines.append(f"no WHEEL given: the installed {PACKAGE_PATH} is the reference")
+        elif installed_record == record:
+            result.lines.append(f"installed {PACKAGE_PATH} is the wheel's record")
+        else:
+            result.failures.append(f"installed {PACKAGE_PATH} differs from the wheel's")
+        expected = record["version"]
         for key, label in (("version", "vllm.__version__"), ("dist_version", "installed version")):
             if info[key] == expected:
                 result.lines.append(f"{label} {info[key]}")
             else:
                 result.failures.append(f"{label} is {info[key]}, the wheel is {expected}")
-        if loads(info.pop("provenance")) == record:
-            result.lines.append(f"installed {PACKAGE_PATH} is the wheel's record")
-        else:
-            result.failures.append(f"installed {PACKAGE_PATH} differs from the wheel's")
         from vllm_fork.probes import DirTree, probe_all
 
         site = Path(info["package_dir"]).parent
@@ -208,11 +230,17 @@ def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
         return None
 
 
-def format_result(wheel: Path, result: SmokeResult) -> str:
+def format_result(wheel: Path | None, result: SmokeResult) -> str:
+    if result.existing is not None:
+        install = f"install: none (checked the existing venv {result.existing})"
+    else:
+        install = (
+            f"install ({'with its dependencies' if result.deps else 'alone, --no-deps'}): "
+            f"{result.install_seconds:.0f} s"
+        )
     lines = [
-        f"smoke {Path(wheel).name}",
-        f"install ({'with its dependencies' if result.deps else 'alone, --no-deps'}): "
-        f"{result.install_seconds:.0f} s",
+        f"smoke {Path(wheel).name if wheel is not None else result.existing}",
+        install,
         f"import vllm on CPU: ok in {result.import_seconds:.1f} s (Python {result.info['python']})"
         if result.imported
         else f"import vllm: not run (installed files only; Python {result.info['python']})",

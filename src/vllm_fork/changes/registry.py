@@ -5,14 +5,22 @@ Every other part of the tool (the probes' dispatch, ``status``, ``matrix``,
 docs/changes.md tables) reads this module. Adding a change means adding an
 entry here, a probe, and patches carrying ``Fork-Change: <id>``.
 
+A maintainer's own change needs no Python: ``local-changes.toml`` at the
+repository root declares it (``vllm-fork change add ID --title TEXT`` writes
+the entry). A local change has no probe: it is carried where a
+``Fork-Part: change`` patch of it is, and every command shows it like the
+others (docs/changes.md).
+
 Releases are upstream vLLM versions; "since" and "until" bounds are inclusive.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import Version
@@ -76,6 +84,7 @@ class Change:
     # email could be found, "login <https://github.com/login>"): the commit's
     # author, then each Co-authored-by. Every backport patch credits them.
     upstream_authors: tuple[str, ...] = ()
+    local: bool = False  # declared in local-changes.toml: no probe, no upstream PR
 
     @property
     def pr_url(self) -> str | None:
@@ -104,6 +113,8 @@ class Change:
         return {k: v for k, v in found.items() if k in keep}
 
     def probe_fn(self) -> Callable[[SourceTree], Finding]:
+        if self.local:
+            return _local_probe
         module, _, name = self.probe.partition(":")
         return getattr(importlib.import_module(module), name)
 
@@ -350,27 +361,134 @@ SUPPORT: tuple[Support, ...] = (
 )
 
 
+LOCAL_FILE = "local-changes.toml"
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,40}$")
+_LOCAL_KEYS = {"id", "title", "why", "retire_when", "files", "tests"}
+_local_cache: dict[Path, tuple[tuple[int, int], tuple[Change, ...]]] = {}
+
+
+def _local_probe(tree: SourceTree) -> Finding:
+    from vllm_fork.probes.finding import UNPROBED, Finding
+
+    return Finding(UNPROBED, "a local change (no probe): carried where its patches are")
+
+
+def local_file() -> Path | None:
+    """``local-changes.toml`` of the fork repository in use (None: outside one)."""
+    from vllm_fork.config import find_root
+    from vllm_fork.errors import ConfigError
+
+    try:
+        return find_root() / LOCAL_FILE
+    except ConfigError:
+        return None
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    from vllm_fork.errors import ConfigError
+
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings")
+    return tuple(value)
+
+
+def parse_local(path: Path) -> tuple[Change, ...]:
+    """The changes ``path`` declares; ConfigError (exit 3) names what is wrong."""
+    from vllm_fork.errors import ConfigError
+    from vllm_fork.sources.pins import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    entries = data.get("change", [])
+    if set(data) - {"change"} or not isinstance(entries, list):
+        raise ConfigError(f"{path}: only [[change]] tables belong there")
+    builtin = {c.id for c in CHANGES} | {s.id for s in SUPPORT}
+    out: list[Change] = []
+    for n, entry in enumerate(entries, 1):
+        where = f"{path}: change #{n}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} is not a table")
+        unknown = sorted(set(entry) - _LOCAL_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        cid, title = entry.get("id"), entry.get("title")
+        if not isinstance(cid, str) or not _ID.match(cid):
+            raise ConfigError(f"{where}: id must be lower-case letters, digits and '-'")
+        if cid in builtin or any(c.id == cid for c in out):
+            raise ConfigError(f"{where}: the id {cid!r} is taken")
+        if not isinstance(title, str) or not title.strip() or "\n" in title:
+            raise ConfigError(f"{where} ({cid}): title must be one line of text")
+        texts = {k: entry.get(k, "") for k in ("why", "retire_when")}
+        if not all(isinstance(v, str) and "\n" not in v for v in texts.values()):
+            raise ConfigError(f"{where} ({cid}): why and retire_when must be one line")
+        out.append(
+            Change(
+                id=cid,
+                title=title.strip(),
+                pr=None,
+                upstream_since=None,
+                applies_since=None,
+                files=tuple(Landing(p) for p in _strings(entry.get("files", []), where)),
+                hardening=(),
+                probe="",
+                tests=_strings(entry.get("tests", []), where),
+                why=texts["why"] or "the maintainers' own change",
+                retire_when=texts["retire_when"] or "when the maintainers drop it",
+                local=True,
+            )
+        )
+    return tuple(out)
+
+
+def local_changes() -> tuple[Change, ...]:
+    """The changes of ``local-changes.toml`` (read again only after it changed)."""
+    path = local_file()
+    if path is None:
+        return ()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return ()
+    stamp = (st.st_mtime_ns, st.st_size)
+    held = _local_cache.get(path)
+    if held is None or held[0] != stamp:
+        held = _local_cache[path] = (stamp, parse_local(path))
+    return held[1]
+
+
 def changes() -> tuple[Change, ...]:
-    """Every change, in the order commands report them."""
-    return CHANGES
+    """Every change, in the order commands report them: the fork's, then the
+    maintainers' own (local-changes.toml)."""
+    return (*CHANGES, *local_changes())
 
 
 def change_ids() -> tuple[str, ...]:
-    return tuple(c.id for c in CHANGES)
+    return tuple(c.id for c in changes())
 
 
 def get(change_id: str) -> Change:
     """The change ``change_id``; ValueError names the known ones."""
-    for change in CHANGES:
+    for change in changes():
         if change.id == change_id:
             return change
     raise ValueError(f"unknown change id {change_id!r}; known: {', '.join(change_ids())}")
 
 
 def find(change_id: str) -> Change | None:
-    return next((c for c in CHANGES if c.id == change_id), None)
+    return next((c for c in changes() if c.id == change_id), None)
 
 
 def header_ids() -> tuple[str, ...]:
     """Every value a patch's ``Fork-Change`` may take."""
     return (*change_ids(), *(s.id for s in SUPPORT))
+
+
+def local_entry(change_id: str, title: str, why: str = "", retire_when: str = "") -> str:
+    """The TOML of one ``[[change]]`` entry of local-changes.toml."""
+    import tomli_w
+
+    entry = {"id": change_id, "title": title}
+    entry.update({k: v for k, v in (("why", why), ("retire_when", retire_when)) if v})
+    return "[[change]]\n" + tomli_w.dumps(entry)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vllm_fork.probes.finding import NA as PROBE_NA
-from vllm_fork.probes.finding import PRESENT
+from vllm_fork.probes.finding import PRESENT, UNPROBED
 
 UPSTREAM = "upstream"
 CARRIED = "carried"
@@ -69,6 +69,7 @@ def decide(
         return MISSING
     if failed:
         return CONFLICT
-    if patched is not None and patched != PRESENT:
+    # a local change has no probe: carried when its change patch is there
+    if patched is not None and patched not in (PRESENT, UNPROBED):
         return MISSING
     return CARRIED

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,8 @@ class StatusReport:
     aiter: str | None = None
     lifecycle: tuple[PatchLife, ...] = ()
     releases_probed: tuple[str, ...] = ()  # newer pinned releases searched for retirement
+    # newer pinned releases the search needed but could not probe: release -> why
+    not_probed: dict[str, str] = field(default_factory=dict)
     known_issues: tuple[IssueState, ...] = ()  # each entry of known-issues.toml on this base
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +111,7 @@ class StatusReport:
             "changes": {c.change: c.to_json() for c in self.changes},
             "lifecycle": [life.to_json() for life in self.lifecycle],
             "releases_probed": list(self.releases_probed),
+            "releases_not_probed": dict(self.not_probed),
         }
 
 
@@ -257,29 +260,29 @@ def _available(config: Workspace, base: Base, fetcher: Fetcher) -> bool:
 
 def patch_lifecycle(
     config: Workspace, version: str, patches: list[tuple[str, str, str]], fetcher: Fetcher
-) -> tuple[tuple[PatchLife, ...], tuple[str, ...]]:
+) -> tuple[tuple[PatchLife, ...], tuple[str, ...], dict[str, str]]:
     """Per patch (name, change, part): carried, or retire-ready with the first
     candidate upstream release after ``version`` (``retire_candidates``) whose
-    pristine tree the probe finds it in; and the releases probed. A candidate
-    that is not in the cache is not downloaded for this: status says so."""
+    pristine tree the probe finds it in; the releases probed; and the
+    candidates that could not be probed, with why. A candidate that is not in
+    the cache is fetched (docs/rebase.md), except offline."""
     pins = config.pins
     newer = retire_candidates(pins, version, {change for _, change, _ in patches})
     found: dict[int, Retirement] = {}
     probed: list[str] = []
+    not_probed: dict[str, str] = {}
     for release in newer:
         base = pins.get(release)
-        if not _available(config, base, fetcher):
-            log.info(
-                "status: upstream %s is not in the cache, so it was not probed for retirement "
-                "(`vllm-fork fetch --base %s` makes it available)",
-                release,
-                release,
+        if config.offline and not _available(config, base, fetcher):
+            not_probed[release] = (
+                f"offline and not in the cache (`vllm-fork fetch --base {release}`)"
             )
             continue
         try:
             findings = _pristine_findings(config, base, fetcher)
         except ForkError as exc:
             log.warning("status: upstream %s not probed for retirement: %s", release, exc)
+            not_probed[release] = str(exc).splitlines()[0]
             continue
         probed.append(release)
         for i, (_, change, part) in enumerate(patches):
@@ -295,7 +298,7 @@ def patch_lifecycle(
         PatchLife(name, change, part, found.get(i))
         for i, (name, change, part) in enumerate(patches)
     )
-    return lives, tuple(probed)
+    return lives, tuple(probed), not_probed
 
 
 def _precompiled_findings(
@@ -409,11 +412,13 @@ def compute_status(
                 partial,
             )
         )
-    lives, probed = patch_lifecycle(
+    lives, probed, not_probed = patch_lifecycle(
         config, base.version, [(n, c, p) for n, c, p, _ in patches], fetcher
     )
     issues = known_issue_states(config, pristine_tree, patched_tree, fixes)
-    return StatusReport(base.version, names, tuple(changes), aiter, lives, probed, issues)
+    return StatusReport(
+        base.version, names, tuple(changes), aiter, lives, probed, not_probed, issues
+    )
 
 
 def _hardening_count(hardening: dict[str, bool]) -> str:
@@ -459,10 +464,20 @@ def format_status(report: StatusReport) -> str:
         for patch in c.patches:
             lines.append(f"  {'':<{width}}  {'':<8}  <- {patch}")
     if report.lifecycle:
-        searched = ", ".join(report.releases_probed) or "none pinned"
-        lines += ["", f"patches (retirement probed in upstream {searched}):"]
+        if report.releases_probed:
+            searched = f"retirement probed in upstream {', '.join(report.releases_probed)}"
+        elif report.not_probed:
+            searched = "retirement not probed"
+        else:
+            searched = "no newer release pinned to probe for retirement"
+        lines += ["", f"patches ({searched}):"]
+        for release, why in report.not_probed.items():
+            lines.append(f"  not probed: upstream {release}: {why}")
+        # without every candidate probed, "carried" may be a patch upstream already has
+        unsure = " (not probed)" if report.not_probed else ""
         for life in report.lifecycle:
-            lines.append(f"  {life.state:<12}  {life.patch}  [{life.change}, {life.part}]")
+            state = life.state + (unsure if not life.retire else "")
+            lines.append(f"  {state:<12}  {life.patch}  [{life.change}, {life.part}]")
             if life.retire:
                 lines.append(f"  {'':<12}    {life.retire.evidence()}")
             elif life.retire_when:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
+from vllm_fork.errors import UsageError
 from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -228,7 +229,13 @@ def audit_run(args: argparse.Namespace, config: Workspace) -> int:
 
 
 def smoke_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("wheel", type=Path, metavar="WHEEL")
+    p.add_argument(
+        "wheel",
+        type=Path,
+        nargs="?",
+        metavar="WHEEL",
+        help="the wheel (optional with --installed: the installed record is then the reference)",
+    )
     p.add_argument(
         "--venv",
         type=Path,
@@ -252,6 +259,10 @@ def smoke_args(p: argparse.ArgumentParser) -> None:
 def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.smoke import format_result, smoke
 
+    if args.wheel is None and args.installed is None:
+        raise UsageError("give the WHEEL to install, or --installed VENV to check")
+    if args.no_import and args.installed is None:
+        raise UsageError("--no-import goes with --installed VENV")
     result = smoke(
         config,
         args.wheel,

@@ -182,7 +182,7 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
 
     result = export(config, args.dir, force=args.force)
     state = "changed" if result.changed else "unchanged"
-    print(f"series/{result.version}: {len(result.patches)} patch(es), {state}")
+    print(f"{result.series_dir}: {len(result.patches)} patch(es), {state}")
     for name in result.written:
         print(f"  wrote {name}")
     for name in result.removed:
@@ -256,7 +256,9 @@ def _test_run(args: argparse.Namespace, config: Workspace) -> int:
     print(f"fork tests on {tree}: {outcome.summary()}")
     status = 0 if outcome.green else 1
     if args.prove_fail:
-        proofs = prove_failing(tree, python, extra)
+        proofs = prove_failing(
+            tree, python, extra, log=lambda line: print(line, file=sys.stderr, flush=True)
+        )
         print(format_proofs(proofs))
         if not all(proof.ok for proof in proofs):
             print(
@@ -271,6 +273,40 @@ def _test_run(args: argparse.Namespace, config: Workspace) -> int:
         f"{outcome.skipped} skipped"
     )
     return status
+
+
+# --- change ------------------------------------------------------------------------
+
+
+def _change_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["add"], help="add: declare a change of your own")
+    p.add_argument("id", metavar="ID", help="the change id patches name in Fork-Change")
+    p.add_argument("--title", required=True, metavar="TEXT", help="what the change does")
+    p.add_argument("--why", default="", metavar="TEXT", help="why the fork carries it")
+    p.add_argument("--retire-when", default="", metavar="TEXT", help="when it is dropped")
+
+
+def _change_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.changes import registry
+
+    path = config.root / registry.LOCAL_FILE
+    before = path.read_text(encoding="utf-8") if path.is_file() else ""
+    entry = registry.local_entry(args.id, args.title, args.why, args.retire_when)
+    text = before + ("\n" if before and not before.endswith("\n\n") else "") + entry
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        registry.parse_local(tmp)  # refuses a taken id or a bad title before anything changes
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"{path}: change {args.id} declared (a local change: no probe)")
+    print(
+        "next: commit your patch in a work tree with the trailers\n"
+        f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
+        "then `vllm-fork export DIR` and commit local-changes.toml with series/"
+    )
+    return 0
 
 
 COMMANDS: dict[str, Command] = {
@@ -289,6 +325,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "export": Command(
         "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
+    ),
+    "change": Command(
+        "declare a change of your own in local-changes.toml (no Python needed)",
+        _change_args,
+        _change_run,
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
     "test": Command(

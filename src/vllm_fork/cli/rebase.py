@@ -111,11 +111,10 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
         f"{state.onto_version} (before: {state.backup_ref})"
     )
     print(
-        f"series/{state.onto_version}: {len(result.written)} file(s) written, "
-        f"{len(result.removed)} removed"
+        f"{state.series_dir}: {len(result.written)} file(s) written, {len(result.removed)} removed"
     )
     for name in result.old_series_updated:
-        print(f"series/{state.from_version}/{name}: Applied-Upstream: {state.onto_version}")
+        print(f"{Path(state.old_series_dir) / name}: Applied-Upstream: {state.onto_version}")
     for path in result.review:
         print(f"review: {path}")
     return 0
@@ -130,7 +129,15 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
         "oldest to the newest supported base)",
     )
     p.add_argument(
-        "--series", metavar="V", help="the series to check (default: the default base's)"
+        "--series",
+        metavar="V",
+        help="apply series/V to every release, as a rebase of it would meet them "
+        "(default: each release's own series)",
+    )
+    p.add_argument(
+        "--default-series",
+        action="store_true",
+        help="apply the default base's series to every release (--series of the default base)",
     )
     p.add_argument(
         "--json",
@@ -168,8 +175,16 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.series and args.default_series:
+        raise UsageError("give --series V or --default-series, not both")
+    projected = bool(args.series or args.default_series)
     matrix = compute_matrix(
-        config, args.releases, args.series, use_cache=not args.no_cache, log=log
+        config,
+        args.releases,
+        args.series,
+        own=not projected,
+        use_cache=not args.no_cache,
+        log=log,
     )
     from vllm_fork.release.check import format_last_checks, last_checks
 

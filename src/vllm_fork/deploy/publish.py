@@ -123,13 +123,8 @@ def publish(
     for wheel in wheels:
         if not wheel.is_file():
             raise PublishError(f"{wheel}: no such file")
-        report = verify_wheel(config, wheel, public_key=public_key, require_release_files=True)
-        if not report.passed:
-            raise PublishError(
-                f"refusing {wheel.name}: it does not verify ({report.bad[0]}"
-                + (f"; +{len(report.bad) - 1} more" if len(report.bad) > 1 else "")
-                + "); run `vllm-fork verify` on it"
-            )
+    # twine's settings and credentials first: a missing password is said at once,
+    # not after the verification of every wheel
     try:
         settings = twine_settings(repository, config_file)
         upload_url = str(settings.repository_config["repository"])
@@ -139,6 +134,14 @@ def publish(
     index = index_url or simple_url(upload_url)
     done: list[Published] = []
     try:
+        for wheel in wheels:
+            report = verify_wheel(config, wheel, public_key=public_key, require_release_files=True)
+            if not report.passed:
+                raise PublishError(
+                    f"refusing {wheel.name}: it does not verify ({report.bad[0]}"
+                    + (f"; +{len(report.bad) - 1} more" if len(report.bad) > 1 else "")
+                    + "); run `vllm-fork verify` on it"
+                )
         for wheel in wheels:
             digest = file_sha256(wheel)
             try:

@@ -8,12 +8,14 @@ from typing import Any
 PRESENT = "present"
 ABSENT = "absent"
 NA = "n/a"
-STATES = (PRESENT, ABSENT, NA)
+# A local change (local-changes.toml) has no probe: its patches say whether it is there.
+UNPROBED = "unprobed"
+STATES = (PRESENT, ABSENT, NA, UNPROBED)
 
 
 @dataclass(frozen=True)
 class Finding:
-    state: str  # "present" | "absent" | "n/a"
+    state: str  # "present" | "absent" | "n/a" | "unprobed" (a local change)
     reason: str  # one line: what was found / why n/a
     hardening: dict[str, bool] = field(default_factory=dict)
     # hardening items whose code this tree does not have (left out of the count)

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import fcntl
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,7 +61,14 @@ from typing import Any
 
 from vllm_fork import faults
 from vllm_fork.changes.lifecycle import retirement
-from vllm_fork.errors import ForkError, UnknownVersionError, UsageError, WorkTreeError
+from vllm_fork.config import recorded_workspace
+from vllm_fork.errors import (
+    ForkError,
+    RebaseRefusedError,
+    UnknownVersionError,
+    UsageError,
+    WorkTreeError,
+)
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
     FileConflict,
@@ -90,7 +98,7 @@ from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.commits import read_commits, series_commits
-from vllm_fork.tree.materialize import BASE_KEY, materialize
+from vllm_fork.tree.materialize import BASE_KEY, materialize, tree_repository
 from vllm_fork.tree.stacking import import_ref, stack_upstream
 from vllm_fork.workspace import Workspace
 
@@ -146,6 +154,11 @@ def _status(tree: Path) -> list[str]:
         ["status", "--porcelain", "--untracked-files=normal"], cwd=tree, env=git_env(isolated=True)
     )
     return out.splitlines()
+
+
+def _arg(tree: Path | None) -> str:
+    """``tree`` as a shell argument of the commands the messages propose."""
+    return shlex.quote(str(tree))
 
 
 def _shown(lines: list[str], limit: int = 10) -> str:
@@ -239,12 +252,12 @@ def _check_versions(config: Workspace, from_version: str, onto_version: str) -> 
 def _check_clean(tree: Path, git_dir: Path) -> None:
     busy = [name for name in IN_PROGRESS if (git_dir / name).exists()]
     if busy:
-        raise WorkTreeError(
+        raise RebaseRefusedError(
             f"{tree} is in the middle of a git operation ({', '.join(busy)}); finish it first"
         )
     dirty = _status(tree)
     if dirty:
-        raise WorkTreeError(
+        raise RebaseRefusedError(
             f"{tree} has uncommitted changes or untracked files; commit, stash or remove "
             f"them before rebasing (nothing was changed):\n  {_shown(dirty)}"
         )
@@ -268,17 +281,20 @@ def start_rebase(
     log: Log = print,
 ) -> RebaseResult:
     """Start a rebase; returns when done, raises RebaseConflict on a conflict.
-    ``review``: also write the review there (Markdown; JSON beside it)."""
+    ``review``: also write the review there (Markdown; JSON beside it). The
+    series are written to the repository an existing tree was made from."""
+    tree = tree.absolute()
+    if tree.is_dir() and (tree / ".git").exists():
+        config = recorded_workspace(config, tree_repository(tree), f"the work tree {tree}")
     _check_versions(config, from_version, onto_version)
     new_series = config.series_dir(onto_version)
     if not force_series and (
         (new_series / SERIES_FILE).exists() or any(new_series.glob("*.patch"))
     ):
-        raise WorkTreeError(
+        raise RebaseRefusedError(
             f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
             "to replace it)"
         )
-    tree = tree.absolute()
     if not tree.exists() or (tree.is_dir() and not any(tree.iterdir())):
         log(f"materializing {from_version} into {tree}")
         materialize(config, from_version, tree)
@@ -286,20 +302,25 @@ def start_rebase(
     with _tree_lock(git_dir):
         existing = load_state(git_dir)
         if existing is not None:
-            raise WorkTreeError(
+            raise RebaseRefusedError(
                 f"a rebase from {existing.from_version} onto {existing.onto_version} is in "
-                f"progress in {tree}; run `vllm-fork rebase --continue` or `--abort`"
+                f"progress in {tree}; run `vllm-fork rebase --continue {_arg(tree)}` or "
+                f"`vllm-fork rebase --abort {_arg(tree)}`"
             )
         base = _tree_base(tree)
         if base != from_version:
-            raise WorkTreeError(
-                f"{tree} is a work tree of {base or 'no recorded base'}, not {from_version}"
-            )
+            if base is None:
+                raise RebaseRefusedError(
+                    f"{tree} is not a work tree made by `vllm-fork materialize` (it records no "
+                    "base); give the work tree as DIR (`vllm-fork rebase --from V1 --onto V2 "
+                    "DIR`), or a new directory to materialize V1 into"
+                )
+            raise RebaseRefusedError(f"{tree} is a work tree of {base}, not {from_version}")
         _check_clean(tree, git_dir)
         proc = run_git(["symbolic-ref", "-q", "HEAD"], cwd=tree, check=False)
         branch = proc.stdout.decode().strip() if proc.returncode == 0 else ""
         if not branch.startswith("refs/heads/"):
-            raise WorkTreeError(f"HEAD of {tree} is detached; check out the series branch")
+            raise RebaseRefusedError(f"HEAD of {tree} is detached; check out the series branch")
         picks = _series_commits(tree, from_version)
         ensure_upstream(config, config.base(onto_version))
 
@@ -375,7 +396,7 @@ def _recover_pick(tree: Path, state: RebaseState, log: Log) -> bool:
             return True
         raise WorkTreeError(
             f"HEAD of {tree} moved to {head[:12]} outside the rebase; expected "
-            f"{state.expect_head[:12]}: run `vllm-fork rebase --abort`"
+            f"{state.expect_head[:12]}: run `vllm-fork rebase --abort {_arg(tree)}`"
         )
     if _status(tree) or unmerged_stages(tree):
         log(f"resetting a pick of #{state.next + 1} that was interrupted")
@@ -427,7 +448,7 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
                     state.phase = CONFLICT
                     state.conflict = [c.to_json() for c in conflicts]
                     save_state(git_dir, state)
-                    raise RebaseConflict(conflict_report(state, conflicts))
+                    raise RebaseConflict(conflict_report(state, conflicts, tree))
                 if outcome.status == EMPTY:
                     current.result = ABSORBED
                     current.detail = outcome.detail
@@ -552,11 +573,19 @@ def _restore_files(state: RebaseState) -> None:
 # --- continue / abort --------------------------------------------------------------
 
 
+def state_workspace(config: Workspace, tree: Path, state: RebaseState) -> Workspace:
+    """The workspace of the repository the rebase started from (its state
+    records the series directory): its series are written there, whatever
+    checkout the command runs from (refused when that is another repository)."""
+    recorded = Path(state.series_dir).parent.parent
+    return recorded_workspace(config, recorded, f"the rebase in {tree}")
+
+
 def _in_progress(tree: Path) -> tuple[Path, RebaseState]:
     git_dir = _open_tree(tree)
     state = load_state(git_dir)
     if state is None:
-        raise WorkTreeError(f"no vllm-fork rebase is in progress in {tree}")
+        raise RebaseRefusedError(f"no vllm-fork rebase is in progress in {tree}")
     return git_dir, state
 
 
@@ -576,7 +605,7 @@ def _resolve(tree: Path, state: RebaseState) -> None:
         ).returncode:
             raise WorkTreeError(
                 f"HEAD {head[:12]} does not descend from the rebase's {state.expect_head[:12]}; "
-                "reset to it, or `vllm-fork rebase --abort`"
+                f"reset to it, or `vllm-fork rebase --abort {_arg(tree)}`"
             )
         dirty = _status(tree)
         if dirty:
@@ -605,7 +634,8 @@ def _resolve(tree: Path, state: RebaseState) -> None:
     if index_tree == git_out(["rev-parse", "HEAD^{tree}"], cwd=tree):
         raise WorkTreeError(
             "nothing is staged: the resolution would drop the patch. Stage the resolved "
-            "files (`git add`), or run `vllm-fork rebase --skip --reason TEXT` if upstream "
+            f"files (`git add`), or run `vllm-fork rebase --skip --reason TEXT {_arg(tree)}` "
+            "if upstream "
             "already has it"
         )
     current.new_commit = commit_index(tree, current.commit)
@@ -630,9 +660,12 @@ def continue_rebase(
     saying why, for the review) or an interruption."""
     tree = tree.absolute()
     git_dir, state = _in_progress(tree)
+    config = state_workspace(config, tree, state)
     with _tree_lock(git_dir):
         if skip and state.phase != CONFLICT:
-            raise WorkTreeError("--skip drops a patch that stopped on a conflict; there is none")
+            raise RebaseRefusedError(
+                "--skip drops a patch that stopped on a conflict; there is none"
+            )
         if state.phase == CONFLICT:
             if skip:
                 _skip(tree, state, reason)
@@ -678,8 +711,12 @@ def abort_rebase(config: Workspace, tree: Path, *, log: Log = print) -> RebaseSt
 # --- reports -----------------------------------------------------------------------
 
 
-def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = None) -> str:
+def conflict_report(
+    state: RebaseState, conflicts: list[FileConflict] | None = None, tree: Path | None = None
+) -> str:
+    """What stopped the replay and the commands that go on (naming ``tree``)."""
     current = state.picks[state.next]
+    d = f" {_arg(tree)}" if tree is not None else ""
     if conflicts is None:
         conflicts = [FileConflict.from_json(c) for c in state.conflict]
     lines = [
@@ -706,7 +743,7 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
             f"(probe: {current.retire['probe']});"
         )
         lines.append(
-            f'  `vllm-fork rebase --skip --reason "absorbed by upstream {state.onto_version}"` '
+            f'  `vllm-fork rebase --skip --reason "absorbed by upstream {state.onto_version}"{d}` '
             "drops this patch"
         )
     lines.append("")
@@ -714,10 +751,10 @@ def conflict_report(state: RebaseState, conflicts: list[FileConflict] | None = N
     lines += [
         "",
         "Resolve the files above, then `git add` them (or commit) and run "
-        "`vllm-fork rebase --continue`;",
-        "`vllm-fork rebase --skip --reason TEXT` drops this patch (when upstream already "
+        f"`vllm-fork rebase --continue{d}`;",
+        f"`vllm-fork rebase --skip --reason TEXT{d}` drops this patch (when upstream already "
         "has it; TEXT goes into the review);",
-        "`vllm-fork rebase --abort` puts the work tree back as it was "
+        f"`vllm-fork rebase --abort{d}` puts the work tree back as it was "
         f"(kept in {state.backup_ref}).",
     ]
     return "\n".join(lines)

@@ -1,5 +1,7 @@
 """`vllm-fork matrix`: for each pinned release, where each change stands and
-whether the series applies.
+whether the series applies: each release's own series (``series/<V>/``,
+the default of the command line), or one series projected onto every
+release (``--series V``, what a rebase of it would meet).
 
 A release's row comes from its pristine upstream tree in the cached
 repository: the probes say whether upstream has each change (or lacks the
@@ -20,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +35,6 @@ from vllm_fork.changes.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.lock import cache_lock
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
@@ -74,6 +75,7 @@ class ReleaseRow:
     patches: list[PatchResult] = field(default_factory=list)
     error: str | None = None
     cached: bool = False
+    series_base: str = ""  # whose series was applied ("" for none: the release has none)
 
     @property
     def series_applies(self) -> bool | None:
@@ -95,6 +97,7 @@ class ReleaseRow:
             changes={k: ChangeCell(**v) for k, v in data["changes"].items()},
             patches=[PatchResult(**p) for p in data["patches"]],
             error=data.get("error"),
+            series_base=data.get("series_base", ""),
         )
 
 
@@ -105,6 +108,7 @@ class Matrix:
     series_patches: list[str]
     changes: list[str]
     rows: list[ReleaseRow]
+    own: bool = False  # each release's own series (series_* fields: the default base's)
 
     @property
     def unavailable(self) -> list[str]:
@@ -112,6 +116,7 @@ class Matrix:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "mode": "own" if self.own else "projected",
             "series": {
                 "base": self.series_version,
                 "sha256": self.series_hash,
@@ -377,10 +382,14 @@ def compute_matrix(
     releases: list[str] | None = None,
     series_version: str | None = None,
     *,
+    own: bool = False,
     use_cache: bool = True,
     log: Log = lambda _line: None,
     fetcher: Fetcher | None = None,
 ) -> Matrix:
+    """The matrix of ``releases``: ``own``, each release with its own series
+    (none where it has no ``series/<V>/``); else the series of
+    ``series_version`` (default: the default base's) applied to every one."""
     pins = config.pins
     series_base = pins.get(series_version)
     series = config.series(series_base.version)
@@ -392,19 +401,24 @@ def compute_matrix(
         primed = False
         for version in versions:
             base = pins.get(version)
-            key = row_key(base.sdist.sha256, series_sha, code_sha)
+            applied = config.series(version) if own else series
+            applied_sha = series_hash(applied) if own else series_sha
+            key = row_key(base.sdist.sha256, applied_sha, code_sha)
             row = load_cached_row(config, version, key) if use_cache else None
             if row is None:
                 try:
-                    with cache_lock(config.cache_dir):
-                        if not primed:
-                            fetcher = fetcher or config.fetcher
-                            ensure_upstream(config, series_base, fetcher)
-                            prime(work, series, tag_for(series_base.version))
-                            primed = True
-                        log(f"matrix: {version}: checking")
-                        ensure_upstream(config, base, fetcher)
-                        row = compute_row(work, version, base.sdist.sha256, series)
+                    # ensure_upstream takes the cache lock while it imports; the rest only
+                    # reads the cache, so other commands do not wait for the whole matrix
+                    fetcher = fetcher or config.fetcher
+                    if not primed and not own:
+                        ensure_upstream(config, series_base, fetcher)
+                        prime(work, series, tag_for(series_base.version))
+                        primed = True
+                    log(f"matrix: {version}: checking")
+                    ensure_upstream(config, base, fetcher)
+                    row = compute_row(work, version, base.sdist.sha256, applied)
+                    if applied.patches:
+                        row.series_base = version if own else series_base.version
                     store_row(config, key, row)
                 except SeriesError:
                     raise
@@ -417,6 +431,7 @@ def compute_matrix(
         [p.name for p in series.patches],
         list(registry.change_ids()),
         rows,
+        own,
     )
 
 
@@ -430,24 +445,53 @@ def _series_cell(row: ReleaseRow) -> str:
     absorbed = sum(p.result == P_ABSORBED for p in row.patches)
     note = f" ({absorbed} absorbed)" if absorbed else ""
     if failed:
-        return f"no: {len(failed)} of {len(row.patches)} fail ({', '.join(failed)}){note}"
+        return f"no: {len(failed)} of {len(row.patches)} fail (below){note}"
     return f"yes{note}"
 
 
-def format_matrix(matrix: Matrix) -> str:
+def format_matrix(matrix: Matrix, extra: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """The matrix as a Markdown table, one short row per release; the patches
+    that fail are listed below it. ``extra``: more columns, name -> release ->
+    cell (``-`` where a release has none)."""
+    extra = extra or {}
+    if matrix.own:
+        title = "Each release's own series (`--series V` applies one series to every release)"
+        heads = ["series", "series applies"]
+    else:
+        title = (
+            f"Series: series/{matrix.series_version} ({len(matrix.series_patches)} patch(es), "
+            f"sha256 {matrix.series_hash[:12]}) applied to every release"
+        )
+        heads = ["series applies"]
+    heads += list(extra)
     lines = [
-        f"Series: series/{matrix.series_version} ({len(matrix.series_patches)} patch(es), "
-        f"sha256 {matrix.series_hash[:12]})",
+        title,
         "",
-        "| release | " + " | ".join(matrix.changes) + " | series applies |",
-        "|---|" + "---|" * len(matrix.changes) + "---|",
+        "| release | " + " | ".join([*matrix.changes, *heads]) + " |",
+        "|---|" + "---|" * (len(matrix.changes) + len(heads)),
     ]
     for row in matrix.rows:
         if row.error is not None:
             cells = ["?"] * len(matrix.changes)
         else:
             cells = [row.changes[c].state for c in matrix.changes]
-        lines.append(f"| {row.version} | " + " | ".join(cells) + f" | {_series_cell(row)} |")
+        if matrix.own and not row.series_base and row.error is None:
+            cells += ["none", "-"]
+        else:
+            if matrix.own:
+                cells.append(f"{len(row.patches)} patch(es)" if row.error is None else "?")
+            cells.append(_series_cell(row))
+        cells += [column.get(row.version, "-") for column in extra.values()]
+        lines.append(f"| {row.version} | " + " | ".join(cells) + " |")
+    failing = [
+        (row.version, [p.file for p in row.patches if p.result == P_FAILED])
+        for row in matrix.rows
+        if row.error is None
+    ]
+    failing = [(version, names) for version, names in failing if names]
+    if failing:
+        lines.append("")
+        lines += [f"{version}: does not apply: {', '.join(names)}" for version, names in failing]
     unavailable = [row for row in matrix.rows if row.error is not None]
     if unavailable:
         lines.append("")

@@ -326,7 +326,7 @@ def step_prove_fail(ctx: Context) -> dict[str, Any]:
 
     tree = _need_tree(ctx)
     proofs = prove_failing(tree, _tree_python(ctx, tree), pytest_args(tree))
-    judged = [p for p in proofs if p.without is not None]
+    judged = [p for p in proofs if p.counts]
     unproven = [f"{p.patch.subject}: {p.verdict}" for p in judged if not p.ok]
     data = {"proven": len(judged) - len(unproven), "total": len(judged), "unproven": unproven}
     if unproven:

@@ -18,6 +18,8 @@ is never replaced.
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from vllm_fork.rebase.state import CONFLICT
 from vllm_fork.release.check import has_series
 from vllm_fork.sources.fetch import PROJECT, Fetcher
 from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.testing.forktests import PROVEN
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +242,11 @@ def update(
     return report
 
 
+def progress(line: str) -> None:
+    """A progress line of a long phase, on stderr (stdout carries the report)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
     from vllm_fork.release import check
     from vllm_fork.release.treevenv import TreeVenvError, ensure_tree_venv
@@ -251,7 +259,11 @@ def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -
         return
     try:
         extra = check.pytest_args(tree)
-        outcome = run_fork_tests(tree, python, extra)
+        # pytest's own output would land in the report printed on stdout: lines on stderr
+        progress(f"update: fork tests in {tree}")
+        t0 = time.monotonic()
+        outcome = run_fork_tests(tree, python, extra, quiet=True)
+        progress(f"update: fork tests: {outcome.summary()} ({time.monotonic() - t0:.0f} s)")
         report.tests = {
             "passed": outcome.passed,
             "failed": outcome.failed,
@@ -260,13 +272,19 @@ def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -
         }
         if not outcome.green:
             report.problems.append(f"fork tests: {outcome.summary()}")
-        proofs = prove_failing(tree, python, extra)
+        proofs = prove_failing(tree, python, extra, log=progress)
     except ForkError as exc:
         report.problems.append(f"tests could not run: {exc}")
         return
     for proof in proofs:
         report.proofs.append(
-            {"subject": proof.patch.subject, "part": proof.patch.part, "verdict": proof.verdict}
+            {
+                "subject": proof.patch.subject,
+                "part": proof.patch.part,
+                "verdict": proof.verdict,
+                "judged": proof.counts,
+                "proven": proof.counts and proof.ok,
+            }
         )
         if not proof.ok:
             report.problems.append(f"prove-fail: {proof.patch.subject}: {proof.verdict}")
@@ -309,8 +327,14 @@ def format_update(report: UpdateReport) -> str:
             f"{t['skipped']} skipped",
         ]
     if report.proofs:
-        proven = sum(p["verdict"] == "fails without the patch" for p in report.proofs)
-        lines.append(f"Prove-fail: {proven} proven of {len(report.proofs)} patch(es) with tests")
+        judged = [p for p in report.proofs if p.get("judged", True)]
+        proven = [p for p in judged if p.get("proven", p["verdict"] == PROVEN)]
+        lines.append(
+            f"Prove-fail: {len(proven)} proven of {len(judged)} change/hardening patch(es)"
+        )
+        lines += [
+            f"- not proven: {p['subject']} ({p['verdict']})" for p in judged if p not in proven
+        ]
     if report.problems:
         lines += ["", "## Problems", "", *[f"- {p}" for p in report.problems]]
     if report.next_steps:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vllm_fork.changes.registry import COMMIT_PREFIX
 from vllm_fork.changes.state import PARTS
-from vllm_fork.errors import SeriesError
+from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
 
 SERIES_FILE = "series"
@@ -188,8 +188,10 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
         raise SeriesError(f"{header.file}: missing header field(s): {', '.join(missing)}")
     changes = changes if changes is not None else known_changes()
     if header.change not in changes:
-        raise SeriesError(
-            f"{header.file}: unknown Fork-Change {header.change!r} (known: {', '.join(changes)})"
+        raise UnknownChangeError(
+            f"{header.file}: unknown Fork-Change {header.change!r} (known: {', '.join(changes)}); "
+            f"declare your own with `vllm-fork change add {header.change} --title TEXT` "
+            "(local-changes.toml, docs/changes.md)"
         )
     if header.part not in PARTS:
         raise SeriesError(

@@ -28,7 +28,7 @@ from typing import Any
 
 from vllm_fork import faults
 from vllm_fork.config import ENV_CACHE
-from vllm_fork.errors import CacheCorruptError, CacheError, UnsafeArchiveError
+from vllm_fork.errors import CacheCorruptError, CacheError, ForkError, UnsafeArchiveError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.lock import cache_lock, owned_tempdir
 from vllm_fork.sources.fetch import Fetcher
@@ -214,6 +214,20 @@ def ensure_upstream(config: Workspace, base: Base, fetcher: Fetcher | None = Non
     module docstring for what happens on a mismatch.
     """
     tag = tag_for(base.version)
+    # A reader whose release is imported and sound does not wait for the cache
+    # lock (a download or import of another release may hold it for minutes):
+    # the record is replaced atomically and an import is never changed in place.
+    try:
+        record = json.loads(_record_path(config).read_text())
+        entry = record["imports"].get(base.version)
+        if (
+            entry is not None
+            and entry["sdist_sha256"] == base.sdist.sha256
+            and check_import(config, base.version, record) is None
+        ):
+            return tag
+    except (ForkError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # decided under the lock below (which also reports what is wrong)
     try:
         with cache_lock(config.cache_dir):
             record = _load_record(config)

@@ -27,8 +27,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,10 @@ class PytestOutcome:
         )
 
 
+PROVEN = "fails without the patch"
+NOT_PROVEN_NO_TESTS = "NOT PROVEN: the patch brings no tests"
+
+
 @dataclass(frozen=True)
 class FailProof:
     """The one rule of ``--prove-fail``: a judged patch is proven when its
@@ -136,7 +141,19 @@ class FailProof:
     with_: PytestOutcome | None = None
 
     @property
+    def untested(self) -> bool:
+        """A change or hardening patch that brings no test: nothing can prove it."""
+        return self.patch.part in JUDGED_PARTS and not self.patch.test_files
+
+    @property
+    def counts(self) -> bool:
+        """Whether the patch counts among those prove-fail judges (proven or not)."""
+        return self.without is not None or self.untested
+
+    @property
     def verdict(self) -> str:
+        if self.untested:
+            return NOT_PROVEN_NO_TESTS
         if self.without is None:
             if self.patch.part == PART_TESTS:
                 return "pins upstream behaviour"
@@ -148,7 +165,7 @@ class FailProof:
         if self.without.errors:
             return "NOT PROVEN: errors (not failures) without the patch"
         if self.without.failed:
-            return "fails without the patch"
+            return PROVEN
         if self.without.passed == 0:
             return "NOT PROVEN: every test skipped without the patch"
         return "NOT PROVEN: passes without the patch"
@@ -156,7 +173,7 @@ class FailProof:
     @property
     def ok(self) -> bool:
         return self.verdict in (
-            "fails without the patch",
+            PROVEN,
             "pins upstream behaviour",
             "not judged",
             NO_GPU_HERE,
@@ -304,14 +321,19 @@ def sim_self_test_args(tree: Path, extra_args: Sequence[str]) -> tuple[list[str]
     return config, [str(sim_dir() / SIM_SELF_TEST)]
 
 
-def run_fork_tests(tree: Path, python: str, extra_args: Sequence[str] = ()) -> PytestOutcome:
-    """The series' test modules (and, in a vLLM tree, the simulation's self-test)."""
+def run_fork_tests(
+    tree: Path, python: str, extra_args: Sequence[str] = (), *, quiet: bool = False
+) -> PytestOutcome:
+    """The series' test modules (and, in a vLLM tree, the simulation's self-test);
+    ``quiet``: pytest's own output is dropped (the outcome says what ran)."""
     commits = patch_commits(tree)
     files = all_test_files(commits, tree)
     if not files:
         raise WorkTreeError(f"the series of {tree} adds no test modules")
     config, self_test = sim_self_test_args(tree, extra_args)
-    return run_pytest(tree, python, [*files, *self_test], extra_args=[*config, *extra_args])
+    return run_pytest(
+        tree, python, [*files, *self_test], extra_args=[*config, *extra_args], quiet=quiet
+    )
 
 
 def prove_jobs() -> int:
@@ -332,24 +354,49 @@ def prove_failing(
     extra_args: Sequence[str] = (),
     quiet: bool = True,
     jobs: int | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[FailProof]:
     """Run each judged patch's tests on the tree with it (once, all together)
     and on the tree without that patch; up to ``jobs`` (default
-    ``prove_jobs()``) of these runs at once, each in its own worktree."""
-    commits = [c for c in patch_commits(tree) if c.test_files]
-    gpu = has_gpu(python) if any(c.needs_gpu for c in commits) else False
-    judged = [c for c in commits if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
+    ``prove_jobs()``) of these runs at once, each in its own worktree. Every
+    patch of the series gets a proof (a change or hardening patch with no
+    tests: not proven). ``log`` gets one line as each run ends."""
+    commits = patch_commits(tree)
+    tested = [c for c in commits if c.test_files]
+    gpu = has_gpu(python) if any(c.needs_gpu for c in tested) else False
+    judged = [c for c in tested if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
+    total = len(judged) + 1
+    done = [0]
+    progress_lock = threading.Lock()
+
+    def progress(what: str, outcome: PytestOutcome | None, t0: float) -> None:
+        if log is None:
+            return
+        with progress_lock:
+            done[0] += 1
+            result = outcome.summary() if outcome is not None else "no tests"
+            log(f"prove-fail: [{done[0]}/{total}] {what}: {result} ({time.monotonic() - t0:.0f} s)")
+
     present = all_test_files(judged, tree)
     # git serializes its own worktree bookkeeping badly under concurrency:
     # adding and removing worktrees is done one at a time, the runs are not.
     git_lock = threading.Lock()
 
     def run_with() -> PytestOutcome | None:
-        if not present:
-            return None
-        return run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet)
+        t0 = time.monotonic()
+        outcome = None
+        if present:
+            outcome = run_pytest(tree, python, present, extra_args=extra_args, quiet=quiet)
+        progress("with every patch", outcome, t0)
+        return outcome
 
     def run_without(commit: PatchCommit) -> PytestOutcome:
+        t0 = time.monotonic()
+        outcome = _run_without(commit)
+        progress(f"without {commit.subject}", outcome, t0)
+        return outcome
+
+    def _run_without(commit: PatchCommit) -> PytestOutcome:
         scratch = Path(tempfile.mkdtemp(prefix="vllm-fork-without-"))
         worktree = scratch / "tree"
         try:

@@ -11,19 +11,27 @@ removed; the series file is rewritten only when the list changed.
 from __future__ import annotations
 
 import logging
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
-from vllm_fork.config import Config
+from vllm_fork.config import Config, recorded_workspace
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file, validate_header
+from vllm_fork.series.credits import FORK_FROM
+from vllm_fork.series.patches import (
+    SERIES_FILE,
+    PatchHeader,
+    parse_patch,
+    read_series_file,
+    validate_header,
+)
 from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.commits import series_commits, tree_base
-from vllm_fork.tree.materialize import BRANCH
+from vllm_fork.tree.materialize import BRANCH, tree_repository
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,7 @@ SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-for
 class ExportResult:
     version: str
     patches: list[str]
+    series_dir: Path
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     series_changed: bool = False
@@ -89,7 +98,8 @@ def _number(name: str) -> str:
 
 
 def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
-    """Write the tree's commits as series/<V>/.
+    """Write the tree's commits as series/<V>/ of the repository the tree was
+    made from (refused when the current checkout is another one).
 
     Refused (unless ``force``) when HEAD is detached or behind the ``fork``
     branch, or when the export would drop patches from the series: the
@@ -97,6 +107,8 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
     """
     tree = tree.absolute()
     version = tree_base(tree)
+    # series/ of the repository the tree was made from, never another checkout's
+    config = recorded_workspace(config, tree_repository(tree), f"the work tree {tree}")
     tag = tag_for(version)
     _check_clean(tree)
     # Every path a patch will touch, even one a later patch puts back.
@@ -117,8 +129,9 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
             try:
                 validate_header(parse_patch(path))
             except SeriesError as exc:
-                raise SeriesError(f"commit to export has a bad header: {exc}") from None
-        result = ExportResult(version, [p.name for p in produced])
+                raise type(exc)(f"commit to export has a bad header: {exc}") from None
+        _check_from([parse_patch(path) for path in produced])
+        result = ExportResult(version, [p.name for p in produced], series_dir)
         _check_loss(tree, series_dir, result.patches, force)
         if not produced and not series_dir.exists():
             return result
@@ -142,6 +155,19 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
         )
         result.series_changed = True
     return result
+
+
+def _check_from(headers: list[PatchHeader]) -> None:
+    """Refuse commits whose author ``series.credits`` would reject later: every
+    patch is ``From:`` the fork (upstream authors go in ``Author:`` lines)."""
+    wrong = [h for h in headers if h.author != FORK_FROM]
+    if wrong:
+        shown = "; ".join(f"{h.subject!r} by {h.author!r}" for h in wrong[:5])
+        raise SeriesError(
+            f"commit(s) to export must be authored by {FORK_FROM!r} (upstream authors go in "
+            f"Author: lines, docs/series-format.md): {shown}; fix with `git commit --amend "
+            f"--no-edit --author={shlex.quote(FORK_FROM)}` (or `git rebase -i`)"
+        )
 
 
 def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) -> None:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 BRANCH = "fork"
 BASE_KEY = "vllm-fork.base"
+# The fork repository the tree was made from: export and rebase write its series.
+REPO_KEY = "vllm-fork.repo"
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,13 @@ def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
     return len(patches)
 
 
+def tree_repository(tree: Path) -> Path | None:
+    """The fork repository ``tree`` was made from (None: not recorded)."""
+    proc = run_git(["config", "--get", REPO_KEY], cwd=tree, check=False)
+    value = proc.stdout.decode().strip() if proc.returncode == 0 else ""
+    return Path(value) if value else None
+
+
 def materialize(
     config: Workspace,
     version: str | None,
@@ -230,6 +239,7 @@ def _build(
             )
         run_git(["remote", "remove", "origin"], cwd=tree)
         run_git(["config", BASE_KEY, version], cwd=tree)
+        run_git(["config", REPO_KEY, str(config.root)], cwd=tree)
         run_git(["checkout", "-q", "-b", BRANCH, tag_for(version)], cwd=tree)
         faults.point("materialize.checkout")
         try:

@@ -1,0 +1,64 @@
+"""The README's commands table is checked against the command line itself."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from vllm_fork.cli.main import COMMANDS, build_parser
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_rows() -> dict[str, str]:
+    """command name -> the first cell of its row (every `vllm-fork ...` in it)."""
+    rows: dict[str, str] = {}
+    for line in README.read_text().splitlines():
+        match = re.match(r"^\| `vllm-fork ([a-z-]+)", line)
+        if match:
+            rows.setdefault(match.group(1), re.split(r"(?<!\\)\| ", line)[1])
+    return rows
+
+
+def _options(name: str) -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {opt for action in sub.choices[name]._actions for opt in action.option_strings}
+
+
+def test_every_command_has_a_row_in_the_readme() -> None:
+    rows = _readme_rows()
+    assert sorted(set(COMMANDS) - set(rows)) == []
+    assert sorted(set(rows) - set(COMMANDS)) == []
+
+
+def test_every_option_the_readme_shows_exists() -> None:
+    wrong = []
+    for name, cell in _readme_rows().items():
+        known = _options(name)
+        for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", cell):
+            if option not in known:
+                wrong.append(f"{name} {option}")
+    assert wrong == []
+
+
+def test_fork_version_labels_in_the_docs_are_what_a_build_makes() -> None:
+    """A label such as `0.21.0+hardened.22.nofull` in the docs is the one the
+    build of that base makes (the series revision; .nofull where a precompiled
+    build leaves patches out), not one no build makes."""
+    from vllm_fork.config import load_config
+    from vllm_fork.series.forkversion import series_revision
+
+    config = load_config(root=README.parent)
+    wrong = []
+    for doc in [README, *sorted((README.parent / "docs").glob("*.md"))]:
+        for base, rev, nofull in re.findall(
+            r"(\d+\.\d+\.\d+)\+hardened\.(\d+)((?:\.nofull)?)", doc.read_text()
+        ):
+            series = config.series(base)
+            want = series_revision(config.series_dir(base), len(series.patches))
+            full_only = any(h.build == "full" for h in series.headers)
+            if int(rev) != want or (nofull and not full_only):
+                wrong.append(f"{doc.name}: {base}+hardened.{rev}{nofull} (a build makes {want})")
+    assert wrong == []
