@@ -15,6 +15,7 @@ from vllm_fork.cli.main import main
 from vllm_fork.errors import ConfigError
 from vllm_fork.release import check
 
+from .gitutil import IDENTITY
 from .rebase_support import DATE, Fork, git, make_fork
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,14 +144,7 @@ LAYER_FILES = {"vllm/__init__.py": "", "vllm/layer.py": LAYER}
 
 def _commit(work: Path, message: str) -> None:
     git(work, "add", "-A")
-    env = {
-        "GIT_AUTHOR_DATE": DATE,
-        "GIT_COMMITTER_DATE": DATE,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    }
+    env = {"GIT_AUTHOR_DATE": DATE, "GIT_COMMITTER_DATE": DATE, **IDENTITY}
     git(work, "commit", "-q", "-m", message, env=env)
 
 
