@@ -59,6 +59,21 @@ VARIANTS = {
     "fp32-cache": (BF16, F32, True, 1.0),
 }
 
+# Model-shaped layout classes (issue 30), each at these token counts:
+# name: (q heads, kv heads, head_size, rot_dim, is_neox, cache dtype, layout).
+#   mla: DeepSeek-V3 MLA rope: q_pe is the last 64 of every 192-wide query
+#        head ([T, H, 192][..., 128:]), k_pe the last 64 of the 576-wide
+#        compressed kv row ([T, 576][:, 512:], one head); GPT-J style, the
+#        cache in the model dtype. 16 heads = TP8, 128 heads = TP1.
+#   fused: GLM-4-style GPT-J partial rotary: rot 64 of 128, q and k as views
+#        of the fused qkv projection (32 q heads, 2 kv heads).
+LAYOUT_TOKENS = (1, 8, 64, 1024, 4096, 12288, 32768)
+LAYOUTS = {
+    "MLA TP8": (16, 1, 64, 64, False, BF16, "mla"),
+    "MLA TP1": (128, 1, 64, 64, False, BF16, "mla"),
+    "GPT-J partial": (32, 2, 128, 64, False, BF16, "fused"),
+}
+
 Op = Callable[..., None]
 
 
@@ -79,7 +94,7 @@ def reference_op(positions, query, key, head_size, cache, is_neox, offset=0, inv
     for x in (query, key):
         if x is None:
             continue
-        flat = x.view(positions.numel(), -1, head_size)
+        flat = x if x.dim() == 3 else x.view(positions.numel(), -1, head_size)
         rot = flat[..., offset : offset + rot_dim].float()
         if is_neox:
             a, b = rot[..., :half].clone(), rot[..., half:].clone()
@@ -143,6 +158,24 @@ def identity_cases() -> list[dict]:
                         layout=layout,
                     )
                 )
+    # The model-shaped views of issue 30: MLA q_pe/k_pe, GPT-J partial
+    # rotary on a fused qkv.
+    for tokens in (1, 7, 256, 4097, 65536):
+        for neox in (True, False):
+            for layout, head, rot in (("mla", 64, 64), ("fused-qkv", 128, 64)):
+                cases.append(
+                    dict(
+                        q=BF16,
+                        c=BF16,
+                        neox=neox,
+                        head=head,
+                        rot=rot,
+                        off=0,
+                        inverse=tokens == 7,
+                        tokens=tokens,
+                        layout=layout,
+                    )
+                )
     return cases
 
 
@@ -153,6 +186,10 @@ def make_inputs(case: dict, device: str, seed: int):
     positions = torch.randint(0, 4096, (tokens,), device=device, generator=g)
     cache = (torch.rand(4096, case["rot"], device=device, generator=g) * 2 - 1).to(case["c"])
     layout = case["layout"]
+    if layout == "mla":
+        q_full = torch.randn(tokens, hq, 192, device=device, generator=g).to(qd)
+        kv = torch.randn(tokens, 576, device=device, generator=g).to(qd)
+        return positions, q_full[..., 128:], kv[:, 512:].unsqueeze(1), cache
     if layout == "fused-qkv":
         qkv = torch.randn(tokens, (hq + 2 * hk) * head, device=device, generator=g).to(qd)
         q, k = qkv[:, : hq * head], qkv[:, hq * head : (hq + hk) * head]
@@ -174,8 +211,8 @@ def make_inputs(case: dict, device: str, seed: int):
     return positions, q, k, cache
 
 
-def check_identity(ops: dict[str, Op], device: str) -> dict:
-    upstream, fork = ops[UPSTREAM], ops[FORK]
+def check_identity(ops: dict[str, Op], device: str, against: str = FORK) -> dict:
+    upstream, fork = ops[UPSTREAM], ops[against]
     failures, n = [], 0
     for i, case in enumerate(identity_cases()):
         if device == "cpu" and case["tokens"] > 300:
@@ -369,6 +406,104 @@ def time_case(ops, fi, tokens, head, qd, cd, neox, rot, bandwidth) -> dict:
     return row
 
 
+def time_layout(ops, fi, name: str, tokens: int, bandwidth: float) -> dict:
+    """One row of a model-shaped layout class (LAYOUTS): q and k are the
+    views the model passes; the touch reads and writes back only their
+    rotated bytes, in the same rows, in 16-byte pieces."""
+    hq, hk, head, rot, neox, cd, layout = LAYOUTS[name]
+    positions = torch.randint(0, MAX_POSITION, (tokens,), device="cuda")
+    cache = rope_cache(rot, cd, "cuda")
+    cache32 = cache if cd == F32 else rope_cache(rot, F32, "cuda")
+    if layout == "mla":
+        q_full = torch.randn(tokens, hq, 192, device="cuda", dtype=BF16)
+        kv = torch.randn(tokens, 576, device="cuda", dtype=BF16)
+        q, k = q_full[..., 128:], kv[:, 512:].unsqueeze(1)
+        # The rotated 128 bytes of every 384-byte q row and 1152-byte kv
+        # row: the same pieces as bytes 256.. and 1024.. of those rows.
+        touched = [(q_full, 384), (kv, 1152)]
+    else:
+        qkv = torch.randn(tokens, (hq + 2 * hk) * head, device="cuda", dtype=BF16)
+        q, k = qkv[:, : hq * head], qkv[:, hq * head : (hq + hk) * head]
+        touched = [(torch.randn(tokens, (hq + hk) * head, device="cuda", dtype=BF16), 256)]
+    rows = int(torch.unique(positions).numel())
+    moved = 2 * tokens * (hq + hk) * rot * 2 + rows * rot * cache.element_size()
+    row = {
+        "layout": name,
+        "tokens": tokens,
+        "head": head,
+        "heads": f"{hq}/{hk}",
+        "query": "bf16",
+        "cache": short(cd),
+        "style": "neox" if neox else "gptj",
+        "rot_dim": rot,
+        "bytes": moved,
+        "floor_us": moved / bandwidth * 1e6,
+    }
+    fns = {
+        v: (lambda op=op: op(positions, q, k, head, cache, neox, 0, False)) for v, op in ops.items()
+    }
+    fns["flashinfer"] = lambda: fi(positions, q, k, head, cache32, neox)
+    full = [t for t, _ in touched]
+    fns["scale"] = lambda: [t.mul_(1.0) for t in full]
+    probe = torch.ops.rope_probe.touch
+    for tname, items in TOUCHES.items():
+        fns[tname] = lambda items=items: [
+            probe(t, row_bytes, rot * 2, TOUCH_THREADS, items) for t, row_bytes in touched
+        ]
+    row.update(graphs_us(fns))
+    row["flashinfer_cache"] = "fp32"
+    return row
+
+
+def layout_markdown(res: dict) -> list[str]:
+    """The layout classes: the four ratios per row, then issue 30's targets."""
+    rows = res.get("layouts", [])
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Model-shaped layout classes (issue 30)",
+        "",
+        "MLA = DeepSeek-V3 q_pe/k_pe views (64 rotated of every 192-wide q head, "
+        "one 64-wide k_pe head in the 576-wide kv row), GPT-J style, bf16 cache; "
+        "GPT-J partial = GLM-4-style q/k views of a fused qkv, rot 64 of 128. "
+        "touch = reading and writing back only the rotated bytes of the same rows.",
+        "",
+        "| layout | q/kv heads | tokens | upstream us | fork us | FlashInfer us | touch us "
+        "| floor us | fork/FlashInfer | fork/upstream | fork/floor | fork/touch |"
+        + "".join(f" {v} us | {v}/FI | {v}/touch |" for v in EXTRA),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|---|" * len(EXTRA),
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['layout']} | {r['heads']} | {r['tokens']} | {r[UPSTREAM]:.2f} | "
+            f"{r[FORK]:.2f} | {r['flashinfer']:.2f} | {r['touch']:.2f} | "
+            f"{r['floor_us']:.2f} | {r[FORK] / r['flashinfer']:.3f} | "
+            f"{r[FORK] / r[UPSTREAM]:.3f} | {r[FORK] / r['floor_us']:.3f} | "
+            f"{r[FORK] / r['touch']:.3f} |"
+            + "".join(
+                f" {r[v]:.2f} | {r[v] / r['flashinfer']:.3f} | {r[v] / r['touch']:.3f} |"
+                for v in EXTRA
+                if v in r
+            )
+        )
+    lines += ["", "Targets (issue 30):", ""]
+    for r in rows:
+        checks = [
+            (r[FORK] <= r["flashinfer"], f"fork {r[FORK]:.2f} <= FlashInfer {r['flashinfer']:.2f}"),
+            (r[FORK] <= r[UPSTREAM], f"fork <= upstream {r[UPSTREAM]:.2f}"),
+        ]
+        if r["tokens"] >= 12288:
+            ratio = r[FORK] / r["touch"]
+            checks.append((ratio <= 1.05, f"fork/touch {ratio:.3f} <= 1.05"))
+        ok = all(c for c, _ in checks)
+        lines.append(
+            f"- {'met' if ok else 'MISSED'}: {r['layout']} x {r['tokens']}: "
+            + "; ".join(t for _, t in checks)
+        )
+    return lines
+
+
 def floor_target(r: dict) -> float | None:
     """The issue's bound on fork/floor for a row, None where it sets none."""
     if r["tokens"] < 16384:
@@ -446,8 +581,14 @@ def markdown(res: dict) -> str:
     ]
     for f in ident["failures"][:20]:
         lines.append(f"- DIFFERS: {f}")
+    for v, ident_v in res.get("identity_extra", {}).items():
+        lines.append(
+            f"Bit-identity {v} vs upstream: {ident_v['cases'] - len(ident_v['failures'])}"
+            f"/{ident_v['cases']} cases identical."
+        )
     lines += ["", "| empty batch | result |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in res["empty"].items()]
+    lines += layout_markdown(res)
     return "\n".join(lines) + "\n"
 
 
@@ -511,6 +652,8 @@ def main() -> int:
         f"identity: {res['identity']['cases']} cases, {len(res['identity']['failures'])} differ",
         flush=True,
     )
+    res["identity_extra"] = {v: check_identity(ops, "cuda", v) for v in EXTRA}
+    print({v: len(i["failures"]) for v, i in res["identity_extra"].items()}, flush=True)
     res["empty"] = check_empty([UPSTREAM, FORK, "flashinfer"], args.src, args.build)
     print(res["empty"], flush=True)
     res["bandwidth"] = copy_bandwidth()
@@ -526,11 +669,17 @@ def main() -> int:
         perf.append(time_case(ops, fi, 16384, 128, qd, cd, neox, int(128 * frac), res["bandwidth"]))
         print(perf[-1], flush=True)
     res["perf"] = perf
+    res["layouts"] = []
+    for name in LAYOUTS:
+        for tokens in LAYOUT_TOKENS:
+            res["layouts"].append(time_layout(ops, fi, name, tokens, res["bandwidth"]))
+            print(res["layouts"][-1], flush=True)
     text = markdown(res)
     (args.out / "results.md").write_text(text)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))
     print(text)
-    return 0 if not res["identity"]["failures"] else 1
+    bad = res["identity"]["failures"] or any(i["failures"] for i in res["identity_extra"].values())
+    return 0 if not bad else 1
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ done
 t=$dest/tests/fork-0.21.0
 mkdir -p "$t/tests/kernels/core" "$t/csrc"
 for f in test_rotary_embedding_cache_dtype.py test_rotary_embedding_fast.py \
-  test_rotary_embedding_rocm_portable.py; do
+  test_rotary_embedding_rocm_portable.py test_rotary_embedding_op_check.py; do
+  # The op check tests (issue 30) are in trees that carry them.
+  [ -f "$fork/tests/kernels/core/$f" ] || continue
   cp "$fork/tests/kernels/core/$f" "$t/tests/kernels/core/"
 done
 cp "$fork"/csrc/{pos_encoding_kernels.cu,cuda_compat.h,dispatch_utils.h} "$t/csrc/"
@@ -68,7 +70,8 @@ if [ -n "$fork_0200" ]; then
   done
   cp -r "$dest/src/fork-0.20.0/csrc" "$dest/tests/fork-0.20.0/"
   for f in test_rotary_embedding_cache_dtype.py test_rotary_embedding_fast.py \
-    test_rotary_embedding_rocm_portable.py; do
+    test_rotary_embedding_rocm_portable.py test_rotary_embedding_op_check.py; do
+    [ -f "$fork_0200/tests/kernels/core/$f" ] || continue
     cp "$fork_0200/tests/kernels/core/$f" "$dest/tests/fork-0.20.0/tests/kernels/core/"
   done
 fi

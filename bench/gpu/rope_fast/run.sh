@@ -50,11 +50,21 @@ pytest_run() {  # log variant args...
 tests=$data/tests/fork-0.21.0/tests/kernels/core
 echo "## fork-0.21.0 tests against the fork-0.21.0 build"
 pytest_run pytest-fork.log fork-0.21.0 "$tests"
-echo "## the same tests but the empty batch against the upstream-0.21.0 build"
-pytest_run pytest-upstream.log upstream-0.21.0 -k "not empty_batch" "$tests"
-echo "## the empty-batch test against the upstream-0.21.0 build"
-pytest_run pytest-upstream-empty.log upstream-0.21.0 -k empty_batch "$tests" 2>&1 |
-  grep -v "^Extension modules"
+if [ -z "${ROPE_SKIP_UPSTREAM_TESTS:-}" ]; then
+  echo "## the same tests but the empty batch and the op checks against the upstream-0.21.0 build"
+  pytest_run pytest-upstream.log upstream-0.21.0 -k "not empty_batch" \
+    --ignore "$tests/test_rotary_embedding_op_check.py" "$tests"
+  echo "## the empty-batch test against the upstream-0.21.0 build"
+  pytest_run pytest-upstream-empty.log upstream-0.21.0 -k empty_batch "$tests" 2>&1 |
+    grep -v "^Extension modules"
+fi
+# The op's own input checks (issue 30): upstream's op launches on a host
+# cache and loses the CUDA context, so these must fail there.
+if [ -f "$tests/test_rotary_embedding_op_check.py" ]; then
+  echo "## the op check tests against the upstream-0.21.0 build (must fail)"
+  pytest_run pytest-upstream-op-check.log upstream-0.21.0 \
+    "$tests/test_rotary_embedding_op_check.py"
+fi
 if [ -d "$data/src/fork-0.20.0" ]; then
   echo "## fork-0.20.0 tests against the fork-0.20.0 build"
   pytest_run pytest-fork-0.20.0.log fork-0.20.0 \

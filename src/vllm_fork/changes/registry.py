@@ -206,6 +206,7 @@ CHANGES: tuple[Change, ...] = (
         tests=(
             "tests/kernels/core/test_rotary_embedding_fast.py",
             "tests/kernels/core/test_rotary_embedding_rocm_portable.py",
+            "tests/kernels/core/test_rotary_embedding_op_check.py",
         ),
         why="1.2-2.3x faster than upstream's kernel at every size, and FlashInfer's "
         "faster kernel does not run on ROCm",
