@@ -127,7 +127,8 @@ def cases(junit: Path) -> dict[str, str]:
             if case.find(tag) is not None:
                 result = {"failure": "failed"}.get(tag, tag)
                 break
-        out[f"{case.get('classname')}::{case.get('name')}"] = result
+        # The module's file name: the same in the tree and in its copies.
+        out[f"{Path(case.get('file') or '').name}::{case.get('name')}"] = result
     return out
 
 
@@ -155,6 +156,8 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
         "no:cacheprovider",
         "--noconftest",
         f"--rootdir={tree}",
+        "-o",
+        "junit_family=xunit1",
         "-c",
         str(HERE / "gpu" / "pytest.ini"),
         *plugins,
@@ -191,7 +194,12 @@ def verdicts(manifest: dict, results: dict[str, dict]) -> list[dict]:
             for other in manifest["runs"]:
                 if other.get("of") != run["name"]:
                     continue
-                without = results[other["name"]]["cases"].get(case)
+                other_result = results[other["name"]]
+                without = other_result["cases"].get(case)
+                files = {Path(f).name for f in other["files"]}
+                crashed = other_result["returncode"] < 0
+                if without is None and crashed and case.split("::")[0] in files:
+                    without = f"crashed (signal {-other_result['returncode']})"
                 if without is not None:
                     row["without"][other["patch"]] = without
             rows.append(row)

@@ -51,10 +51,16 @@ TEST_HELPERS = (
     "tests/kernels/allclose_default.py",
     "tests/kernels/utils.py",
     "tests/kernels/quant_utils.py",
+    # helpers of the sparse-MLA GPU test (the tree's own reuse test)
+    "tests/rocm/aiter/test_mla_sparse_metadata_reuse.py",
 )
 # The series' own kernel tests that need a GPU (they skip or fail on CPU).
 FORK_KERNEL_TEST = re.compile(r"tests/kernels/core/test_rotary_embedding_[a-z_]+\.py")
-SIM_TESTS = ("test_gpu_router_graph.py", "test_gpu_rope_bf16_compile.py")
+SIM_TESTS = (
+    "test_gpu_router_graph.py",
+    "test_gpu_rope_bf16_compile.py",
+    "test_gpu_mla_sparse_metadata_graph.py",
+)
 KERNEL_TESTS = ("test_gpu_rope_op_graph.py",)
 PLATFORMS = (
     "manylinux_2_28_x86_64",
