@@ -139,6 +139,8 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
     if run.get("sim"):
         paths.append(str(HERE / "sim"))
         plugins = ["-p", "vllm_rocm_sim.plugin", *plugins]
+    else:
+        paths.append(str(HERE / "meta"))  # vllm's version, for the CUDA platform
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("FORK_GPU_KERNEL", None)
     if build is not None:

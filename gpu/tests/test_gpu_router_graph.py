@@ -158,7 +158,10 @@ def test_reload_in_place_reaches_the_replay(moe_env):
     load_router(moe, torch.randn(NUM_EXPERTS, HIDDEN).bfloat16(), first)
     assert moe.gate.out_dtype == torch.bfloat16
     replay = captured(model, logits)
-    pointer = moe.gate.e_score_correction_bias.data_ptr()
+    # Held, as the captured graph holds its address: a new allocation cannot
+    # reuse the address and pass for the old storage.
+    bias = moe.gate.e_score_correction_bias.data
+    pointer = bias.data_ptr()
     assert replay() == reference_route(logits, first)
 
     load_router(moe, torch.randn(NUM_EXPERTS, HIDDEN).bfloat16(), second)
@@ -179,7 +182,8 @@ def test_streaming_update_reaches_the_replay(moe_env):
     reload.record_metadata_for_reloading(model)
     load_router(moe, torch.randn(NUM_EXPERTS, HIDDEN).bfloat16(), first)
     replay = captured(model, logits)
-    pointers = moe.gate.e_score_correction_bias.data_ptr(), moe.gate.weight.data_ptr()
+    held = moe.gate.e_score_correction_bias.data, moe.gate.weight.data  # see above
+    pointers = tuple(t.data_ptr() for t in held)
     assert replay() == reference_route(logits, first)
 
     gate_weight = torch.randn(NUM_EXPERTS, HIDDEN).bfloat16()

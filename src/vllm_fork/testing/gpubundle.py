@@ -209,6 +209,12 @@ def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12")
     paths = _tree_files(tree)
     for rel in sorted(paths):
         _copy(tree, rel, dest_tree)
+    # vLLM's CUDA platform detection reads its own version: the tree has no
+    # install, so the runs on the CUDA platform get the metadata of one
+    # (meta/ on their path; the ROCm simulation's runs go without it).
+    info = out / "meta" / f"vllm-{base}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {base}\n")
     kernel = _kernel_buildable(tree)
     fork_kernel_tests = sorted(
         {f for c in commits for f in c.test_files if FORK_KERNEL_TEST.fullmatch(f)}
