@@ -76,6 +76,22 @@ def pytest_configure(config: pytest.Config) -> None:
         load_rope_kernel(Path(src), build)
         _stand_in("vllm._C")
         _stand_in("vllm._C_stable_libtorch")
+        _no_cutlass()
+
+
+_LIBS: list[torch.library.Library] = []
+
+
+def _no_cutlass() -> None:
+    """vLLM's quantization helpers (imported by upstream's test utilities)
+    ask the extension at import whether its CUTLASS FP8 kernels support the
+    device: this build has none of them."""
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("cutlass_scaled_mm_supports_fp8(int cuda_device_capability) -> bool")
+    lib.impl(
+        "cutlass_scaled_mm_supports_fp8", lambda capability: False, "CompositeExplicitAutograd"
+    )
+    _LIBS.append(lib)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -164,6 +164,7 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
         str(HERE / "gpu" / "pytest.ini"),
         *plugins,
         f"--junitxml={junit}",
+        "--continue-on-collection-errors",
         "-rfE",
         *files,
     ]

@@ -114,7 +114,10 @@ def capture_reader(builder, n: int):
 @pytest.mark.parametrize("scenario", sorted(helpers.SCENARIOS))
 def test_replay_reads_the_rebuilt_metadata(sparse_mla, scenario):
     n = helpers.MAX_TOKENS
-    steps = [scaled(batch) for batch, _ in helpers.SCENARIOS[scenario]]
+    script = helpers.SCENARIOS[scenario]
+    if isinstance(script, tuple):  # later trees: (speculative tokens, steps)
+        script = script[1]
+    steps = [scaled(batch) for batch, _ in script]
     builder = helpers.make_builder(sparse_mla)
     helpers.run_step(sparse_mla, builder, steps[0], seed=0)
     graph, outs = capture_reader(builder, n)
