@@ -62,3 +62,14 @@ def test_last_gpu_run_reads_the_latest(tmp_path):
         "1 skipped; 2 fail without their fork patch"
     )
     assert last_gpu_run("0.20.1", tmp_path) is None
+
+
+def test_bundle_refuses_a_directory_in_use(tmp_path, capsys):
+    from vllm_fork.cli.main import main
+
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept")
+    assert main(["gpu-bundle", "--tree", str(tmp_path), "-o", str(out)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert (out / "mine.txt").read_text() == "kept"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.config import find_root
-from vllm_fork.errors import ConfigError, ForkError
+from vllm_fork.errors import ConfigError, ForkError, UsageError
 from vllm_fork.git import run_git
 from vllm_fork.testing.forktests import PatchCommit, patch_commits, sim_dir
 
@@ -198,7 +198,7 @@ def _tree_files(tree: Path) -> set[str]:
 def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12") -> dict:
     """Write the bundle of the materialized work tree ``tree`` to ``out``."""
     if out.exists() and any(out.iterdir()):
-        raise BundleError(f"{out} exists and is not empty; give a new directory")
+        raise UsageError(f"{out} exists and is not empty; give a new directory")
     gpu = gpu_dir()
     commits = patch_commits(tree)
     if not commits:
