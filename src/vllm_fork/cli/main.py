@@ -305,6 +305,48 @@ def _change_run(args: argparse.Namespace, config: Workspace) -> int:
         "next: commit your patch in a work tree with the trailers\n"
         f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
         "then `vllm-fork export DIR` and commit local-changes.toml with series/"
+
+
+# --- gpu-bundle --------------------------------------------------------------------
+
+
+def _gpu_bundle_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument(
+        "-o", "--out", type=Path, required=True, metavar="DIR", help="new directory to write"
+    )
+    p.add_argument(
+        "--tree",
+        type=Path,
+        metavar="DIR",
+        help="an existing work tree of the base made by materialize (default: materialize one)",
+    )
+    p.add_argument(
+        "--python-version",
+        default="3.12",
+        metavar="X.Y",
+        help="Python of the GPU host, for the wheels (default: 3.12)",
+    )
+
+
+def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
+    import tempfile
+
+    from vllm_fork.testing.gpubundle import bundle_size, write_bundle
+    from vllm_fork.tree.materialize import materialize
+
+    base = config.base(args.base)
+    out = args.out.absolute()
+    if args.tree is not None:
+        manifest = write_bundle(args.tree.absolute(), base.version, out, args.python_version)
+    else:
+        with tempfile.TemporaryDirectory(prefix="vllm-fork-bundle-") as tmp:
+            result = materialize(config, base.version, Path(tmp) / "tree")
+            manifest = write_bundle(result.path, base.version, out, args.python_version)
+    size = bundle_size(out)
+    print(
+        f"{out}: GPU test bundle of vLLM {manifest['base']} ({len(manifest['runs'])} runs, "
+        f"{size / 2**20:.1f} MiB); on the GPU host: sh {out.name}/run.sh RESULTS_DIR"
     )
     return 0
 
@@ -336,6 +378,12 @@ COMMANDS: dict[str, Command] = {
         "run the series' tests in a work tree (and prove they fail without their patch)",
         _test_args,
         _test_run,
+    ),
+    "gpu-bundle": Command(
+        "write what the GPU tests of a base need on an offline GPU host (tree subset, "
+        "simulation, wheels, run script)",
+        _gpu_bundle_args,
+        _gpu_bundle_run,
     ),
     "rebase": Command(
         "replay a work tree's series onto a newer upstream release (3-way)", rebase_args, rebase_run

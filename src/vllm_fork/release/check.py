@@ -35,6 +35,7 @@ from vllm_fork.config import KNOWN_ISSUES_FILE, Config
 from vllm_fork.errors import ForkError
 from vllm_fork.series.patches import SERIES_FILE
 from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.testing.gpuresults import last_gpu_run
 
 log = logging.getLogger(__name__)
 
@@ -575,6 +576,9 @@ def format_report(report: Report) -> str:
     notes += [f"- {version}: no result (missing)" for version in data["missing"]]
     if notes:
         lines += ["", "Reasons:", "", *notes]
+    gpu = [f"- {line}" for r in data["bases"] if (line := last_gpu_run(r["base"]))]
+    if gpu:
+        lines += ["", "Last GPU run (committed results of `gpu-bundle`):", "", *gpu]
     return "\n".join(lines)
 
 

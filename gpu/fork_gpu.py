@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""pytest plugin for the fork's GPU tests in a vLLM source tree without its
+compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
+
+* ``FORK_GPU_KERNEL=DIR``: build ``DIR/csrc/pos_encoding_kernels.cu`` (the
+  tree's rotary kernel, alone) as a torch extension and register it as
+  ``torch.ops._C.rotary_embedding``; stand-ins for ``vllm._C`` and
+  ``vllm._C_stable_libtorch`` let vLLM's CUDA platform import. Build
+  outputs go to ``$FORK_GPU_BUILD`` (default: a temporary directory).
+* Fixtures ``default_vllm_config`` and ``dist_init`` as the tree's root
+  conftest defines them, so upstream's kernel tests run unchanged with
+  ``--noconftest`` (the root conftest imports the whole engine).
+* Marker ``gpu``: the test needs a CUDA device and is skipped without one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+KERNEL_ENV = "FORK_GPU_KERNEL"
+BUILD_ENV = "FORK_GPU_BUILD"
+
+
+def _stand_in(name: str) -> None:
+    if name not in sys.modules:
+        sys.modules[name] = types.ModuleType(name)
+
+
+def load_rope_kernel(src: Path, build: Path) -> None:
+    """Build the tree's rotary kernel and register it as _C::rotary_embedding."""
+    from torch.utils.cpp_extension import load
+
+    csrc = src / "csrc"
+    kernel = csrc / "pos_encoding_kernels.cu"
+    if not kernel.is_file():
+        raise FileNotFoundError(f"{kernel} is missing")
+    build.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    load(
+        name="fork_gpu_rope",
+        sources=[str(HERE / "rope_op" / "binding.cpp"), str(kernel)],
+        extra_include_paths=[str(csrc)],
+        extra_cflags=["-O2"],
+        # vLLM builds its kernels with the half/bf16 operators enabled.
+        extra_cuda_cflags=[
+            "-O2",
+            "--expt-relaxed-constexpr",
+            "-U__CUDA_NO_HALF_OPERATORS__",
+            "-U__CUDA_NO_HALF_CONVERSIONS__",
+            "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+            "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+            "-U__CUDA_NO_HALF2_OPERATORS__",
+        ],
+        build_directory=str(build),
+        is_python_module=False,
+        verbose=False,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    src = os.environ.get(KERNEL_ENV)
+    if src and torch.cuda.is_available():
+        if "vllm" in sys.modules:
+            raise RuntimeError("vLLM was imported before the kernel stand-in was set up")
+        build = Path(os.environ.get(BUILD_ENV) or tempfile.mkdtemp(prefix="fork-gpu-build-"))
+        load_rope_kernel(Path(src), build)
+        _stand_in("vllm._C")
+        _stand_in("vllm._C_stable_libtorch")
+        _no_cutlass()
+
+
+_LIBS: list[torch.library.Library] = []
+
+
+def _no_cutlass() -> None:
+    """vLLM's quantization helpers (imported by upstream's test utilities)
+    ask the extension at import whether its CUTLASS FP8 kernels support the
+    device: this build has none of them."""
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("cutlass_scaled_mm_supports_fp8(int cuda_device_capability) -> bool")
+    lib.impl(
+        "cutlass_scaled_mm_supports_fp8", lambda capability: False, "CompositeExplicitAutograd"
+    )
+    _LIBS.append(lib)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    src = os.environ.get(KERNEL_ENV)
+    cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    return f"fork_gpu: torch {torch.__version__}, {cuda}, rotary kernel from {src or '-'}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def default_vllm_config() -> Iterator[object]:
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    config = VllmConfig()
+    with set_current_vllm_config(config):
+        yield config
+
+
+@pytest.fixture
+def dist_init() -> Iterator[None]:
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        cleanup_dist_env_and_memory,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    try:
+        with set_current_vllm_config(VllmConfig()):
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                distributed_init_method=f"file://{path}",
+                local_rank=0,
+                backend="nccl" if torch.cuda.is_available() else "gloo",
+            )
+            initialize_model_parallel(1, 1)
+        yield
+    finally:
+        cleanup_dist_env_and_memory()
+        os.unlink(path)
