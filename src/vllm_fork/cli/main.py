@@ -305,6 +305,8 @@ def _change_run(args: argparse.Namespace, config: Workspace) -> int:
         "next: commit your patch in a work tree with the trailers\n"
         f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
         "then `vllm-fork export DIR` and commit local-changes.toml with series/"
+    )
+    return 0
 
 
 # --- gpu-bundle --------------------------------------------------------------------
