@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.inside import script
-from vllm_fork.build.wheelfile import Wheel
+from vllm_fork.build.wheelfile import Wheel, format_findings
 from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
-from vllm_fork.provenance import PACKAGE_PATH, loads
+from vllm_fork.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
 
 
 class SmokeFailed(ForkError):
@@ -45,6 +45,7 @@ class SmokeResult:
     failures: list[str] = field(default_factory=list)
     imported: bool = True
     deps: bool = True  # installed with its dependencies
+    installed: bool = True  # False: refused before pip saw it (failures say why)
 
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,25 @@ def smoke(
     import_vllm = import_vllm and deps
     wheel_path = Path(wheel_path).resolve()
     with Wheel(wheel_path) as wheel:
-        if not wheel.has(PACKAGE_PATH):
-            raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
-        record = loads(wheel.read(PACKAGE_PATH))
+        # pip would extract what the wheel holds: a wheel with any finding (an unsafe
+        # name, a link, a bomb, a RECORD that does not match) is refused before it
+        problems = wheel.check()
+        try:
+            record = from_wheel(wheel)
+        except ProvenanceError as exc:
+            if not problems:
+                raise SmokeFailed(str(exc)) from None
+            problems.append(str(exc))
+    if problems:
+        return SmokeResult(
+            0.0,
+            0.0,
+            {"python": "-"},
+            failures=format_findings(problems),
+            imported=False,
+            deps=deps,
+            installed=False,
+        )
     expected = record["version"]
     keep = venv is not None or installed is not None
     if installed is not None:
@@ -209,6 +226,11 @@ def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
 
 
 def format_result(wheel: Path, result: SmokeResult) -> str:
+    if not result.installed:
+        lines = [f"smoke {Path(wheel).name}", "not installed: the wheel itself has findings"]
+        lines += [f"FAILED: {f}" for f in result.failures]
+        lines.append("smoke: FAILED")
+        return "\n".join(lines)
     lines = [
         f"smoke {Path(wheel).name}",
         f"install ({'with its dependencies' if result.deps else 'alone, --no-deps'}): "
