@@ -44,8 +44,6 @@ from vllm_fork.provenance import (
     left_out_files,
 )
 from vllm_fork.sources.pins import Base
-from vllm_fork.sources.upstream import tag_for
-from vllm_fork.tree.commits import series_commits
 from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -203,6 +201,8 @@ def sdist_wheel_disagreements(
     file (files only one side has are not disagreements: the wheel's
     packaging decides what it holds).
     """
+    from vllm_fork.sources.upstream import tag_for  # (it loads the index client)
+
     tag = tag_for(version)
     candidates = [
         p
@@ -218,6 +218,8 @@ def _patched_paths(
 ) -> dict[str, list[str]]:
     """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes
     (less the patches the build left out, as its provenance record lists them)."""
+    from vllm_fork.tree.commits import series_commits
+
     series = config.series(version).without(left_out)
     commits = series_commits(tree)
     if len(commits) != len(series.patches):

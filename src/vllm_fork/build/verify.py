@@ -169,10 +169,10 @@ def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
         try:
             record = parse(wheel.read(PACKAGE_PATH))
         except MalformedRecord as exc:
-            report.check(False, "provenance", f"malformed record ({exc})")
+            report.check(False, "provenance", f"malformed record {PACKAGE_PATH} ({exc})")
             return
         except (ValueError, WheelError) as exc:
-            report.check(False, "provenance", f"unreadable: {exc}")
+            report.check(False, "provenance", f"{PACKAGE_PATH} unreadable: {exc}")
             return
         report.ok.append(f"provenance {PACKAGE_PATH} (schema {record.schema})")
         version = record.version
