@@ -426,6 +426,9 @@ class Wheel:
             for path in sorted(set(infos) - set(listed)):
                 if path != self.record_name:
                     problems.append(f"{shown(path)}: in the wheel but not in RECORD")
+                    refusal = self._refusal(infos[path])
+                    if refusal:
+                        problems.append(f"{shown(path)}: {refusal}")
         return problems
 
     def check_record(self) -> list[str]:
