@@ -138,7 +138,7 @@ def test_verify_tampered_file_fails(
     )
     assert main(["verify", str(bad)]) == 1
     out = capsys.readouterr().out
-    assert "MISMATCH  RECORD hashes of all files: vllm/layer.py: content does not match" in out
+    assert "MISMATCH  vllm/layer.py: content does not match its RECORD hash" in out
     assert out.rstrip().endswith("verify: FAILED (1)")
 
 

@@ -40,6 +40,8 @@ from .conftest import (
     sha256_of,
 )
 from .gitutil import git
+from .test_hostile_wheels import CLASSES as HOSTILE_WHEEL_CLASSES
+from .test_hostile_wheels import VERDICT as HOSTILE_WHEEL_VERDICT
 from .test_tree import make_series
 
 
@@ -546,6 +548,33 @@ def test_file_system_faults(
         assert run_main(capsys, "fetch")[0] == 0
         assert (mine / "src" / "edit.py").read_text() == "my work\n"
     assert blocker.read_text() == "a regular file"
+
+
+FULL_FS = rows(
+    "full or read-only file system",
+    "exit 4, one line naming the cache path and the errno text; never called a bad archive",
+    "ENOSPC while unpacking the sdist",
+    "EROFS while unpacking the sdist",
+)
+
+
+@pytest.mark.parametrize("fault", params(FULL_FS))
+def test_full_file_system_is_a_file_system_fault(fault: Fault, fork_repo: ForkRepo) -> None:
+    action = fault.case.split()[0].lower()
+    proc = cli("fetch", env={"VLLM_FORK_FAULT": f"unpack.member:{action}"})
+    assert proc.returncode == 4, proc.stderr
+    line = one_line_error(proc.stderr)
+    text = "No space left on device" if action == "enospc" else "Read-only file system"
+    assert text in line and str(fork_repo.config.cache_dir) in line, line
+    assert "damaged" not in line and "archive)" not in line
+    assert not leftovers(fork_repo.config.cache_dir / "tmp")
+    assert cli("fetch").returncode == 0  # nothing half-made blocks the rerun
+
+
+# --- hostile wheels (tests/test_hostile_wheels.py) ---------------------------------
+
+for _cls, _cases in HOSTILE_WHEEL_CLASSES.items():
+    rows(f"hostile wheel: {_cls}", HOSTILE_WHEEL_VERDICT, _cases)
 
 
 # --- the user's work ---------------------------------------------------------------

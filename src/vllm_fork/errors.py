@@ -10,6 +10,9 @@ fault (read-only or unwritable cache, a path under a regular file),
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class ForkError(Exception):
     """Base class: a failure the user can act on. ``exit_code`` is the CLI status."""
@@ -33,6 +36,28 @@ class CacheError(ForkError):
     """The download cache cannot be written or read (permissions, not a directory)."""
 
     exit_code = 4
+
+
+class FileSystemFault(CacheError):
+    """A file system that refused a write: full, read-only, over quota (exit 4)."""
+
+
+# errno values that say the file system, not the data, is at fault
+FS_FAULTS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def is_fs_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a file system refusing (full, read-only, ...), not bad data."""
+    return isinstance(exc, OSError) and exc.errno in FS_FAULTS
+
+
+def fs_fault(exc: OSError, path: str | os.PathLike[str], doing: str) -> FileSystemFault:
+    """The one-line error for ``exc`` (a full or read-only file system) at ``path``."""
+    where = exc.filename if exc.filename else path
+    return FileSystemFault(
+        f"file-system fault at {where}: {exc.strerror or exc} while {doing} (free space "
+        "or make it writable; the cache can be moved with VLLM_FORK_CACHE_DIR)"
+    )
 
 
 class CacheCorruptError(ForkError):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from vllm_fork.errors import GitError
+from vllm_fork.errors import GitError, fs_fault
 
 FORK_NAME = "vLLM ROCm fork maintainers"
 FORK_EMAIL = "rocm-fork-maintainers@users.noreply.github.com"
+# what git's stderr says (in the C locale) when a write was refused by the file system
+_FS_TEXTS = tuple((code, os.strerror(code)) for code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT))
 
 
 def git_env(extra: Mapping[str, str] | None = None, *, isolated: bool = False) -> dict[str, str]:
@@ -57,6 +60,10 @@ def run_git(
         raise GitError("git is not installed or not on PATH") from exc
     if check and proc.returncode != 0:
         stderr = proc.stderr.decode(errors="replace").strip()
+        for code, text in _FS_TEXTS:
+            if text in stderr:  # git hit a full or read-only file system: not a git failure
+                where = cwd if cwd is not None else Path.cwd()
+                raise fs_fault(OSError(code, text), where, f"running git {cmd[1]}")
         raise GitError(f"git {' '.join(cmd[1:4])}... failed (exit {proc.returncode}): {stderr}")
     return proc
 

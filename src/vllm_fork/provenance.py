@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vllm_fork import safejson
+from vllm_fork.errors import ForkError
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL
 
 if TYPE_CHECKING:
+    from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.series.patches import Series
     from vllm_fork.sources.pins import Base, RocmPin
 
@@ -122,8 +125,8 @@ class PatchEntry:
         return cls(
             file=_str(data, "file", where),
             change=_str(data, "change", where),
-            part=data.get("part") or "change",
-            origin=data.get("origin") or "",
+            part=_str(data, "part", where, optional=True) or "change",
+            origin=_str(data, "origin", where, optional=True) or "",
             upstream_pr=_str(data, "upstream_pr", where, optional=True),
             sha256=_str(data, "sha256", where),
             paths=tuple(paths),
@@ -380,15 +383,33 @@ def write_into_tree(tree: Path, record: Provenance) -> Path:
 
 
 def parse(text: str | bytes) -> Provenance:
-    """The typed record of a ``_fork_provenance.json``; ValueError when it is not one."""
-    return Provenance.from_json(json.loads(text))
+    """The typed record of a ``_fork_provenance.json``; ValueError when it is not one
+    (the JSON is read within :mod:`vllm_fork.safejson`'s size and depth limits)."""
+    return Provenance.from_json(safejson.loads(text))
 
 
 def loads(text: str | bytes) -> dict[str, Any]:
     """The record's JSON object, checked to be a readable schema-1 record."""
-    record = json.loads(text)
+    record = safejson.loads(text)
     Provenance.from_json(record)
     return record
+
+
+class ProvenanceError(ForkError):
+    """A wheel without a readable provenance record."""
+
+
+def from_wheel(wheel: Wheel) -> dict[str, Any]:
+    """The checked JSON object of ``wheel``'s record; ProvenanceError when it has none or
+    it is malformed (too large, too deep, not UTF-8, not schema 1)."""
+    if not wheel.has(PACKAGE_PATH):
+        raise ProvenanceError(f"{wheel.path.name} has no {PACKAGE_PATH}: not a fork build")
+    try:
+        return loads(wheel.read(PACKAGE_PATH))
+    except ValueError as exc:
+        raise ProvenanceError(
+            f"{wheel.path.name}: unreadable provenance record {PACKAGE_PATH} ({exc})"
+        ) from None
 
 
 def installed_path() -> Path | None:

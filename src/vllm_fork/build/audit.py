@@ -26,8 +26,6 @@ file on which the two disagree is refused.
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import tempfile
 from collections.abc import Collection, Iterable
@@ -35,13 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.wheelfile import Wheel, record_digest
+from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
 from vllm_fork.errors import ForkError
 from vllm_fork.git import run_git
-from vllm_fork.provenance import PACKAGE_PATH, Provenance, left_out_files, loads
+from vllm_fork.provenance import (
+    PACKAGE_PATH,
+    Provenance,
+    ProvenanceError,
+    from_wheel,
+    left_out_files,
+)
 from vllm_fork.sources.pins import Base, FilePin
-from vllm_fork.sources.upstream import tag_for
-from vllm_fork.tree.commits import series_commits
 from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,9 @@ class AuditReport:
     members: list[Member] = field(default_factory=list)
     # files upstream's sdist and wheel disagree on, with what the fork wheel ships
     disagreements: list[tuple[str, str]] = field(default_factory=list)
+    # findings about the wheel itself (RECORD, member names and types, bombs): with
+    # any, RECORD's hashes cannot be trusted and nothing is compared
+    problems: list[str] = field(default_factory=list)
 
     @property
     def unexplained(self) -> list[Member]:
@@ -104,7 +109,7 @@ class AuditReport:
 
     @property
     def passed(self) -> bool:
-        return not self.unexplained
+        return not self.unexplained and not self.problems
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,10 +123,19 @@ class AuditReport:
             "sdist_wheel_disagreements": [
                 {"path": p, "fork_ships": ships} for p, ships in self.disagreements
             ],
+            "problems": self.problems,
             "passed": self.passed,
         }
 
     def format(self) -> str:
+        if self.problems:
+            lines = [
+                f"audit of {self.wheel}: {len(self.problems)} finding(s) in the wheel itself; "
+                "not compared with upstream's wheel"
+            ]
+            lines += [f"  BAD      {p}" for p in self.problems]
+            lines.append(f"audit: FAILED ({len(self.problems)} findings)")
+            return "\n".join(lines)
         lines = [
             f"audit of {self.wheel} against {self.upstream_wheel} ({self.mode} build): "
             f"{self.compared} members compared, {len(self.members)} differ"
@@ -141,13 +155,10 @@ class AuditReport:
 
 
 def record_hashes(wheel: Wheel) -> dict[str, str]:
-    """RECORD's ``sha256=...`` per member, the .dist-info folder written as {dist-info}."""
-    text = wheel.read(f"{wheel.dist_info}/RECORD").decode("utf-8")
+    """RECORD's ``sha256=...`` per member, the .dist-info folder written as {dist-info}
+    (the rows that are valid; :meth:`Wheel.check` reports the others)."""
     out: dict[str, str] = {}
-    for row in csv.reader(io.StringIO(text)):
-        if len(row) != 3:
-            continue
-        path, digest, _size = row
+    for path, digest in wheel.record_hashes().items():
         if path.startswith(wheel.dist_info + "/"):
             path = DIST_INFO + path[len(wheel.dist_info) :]
         out[path] = digest
@@ -190,6 +201,8 @@ def sdist_wheel_disagreements(
     file (files only one side has are not disagreements: the wheel's
     packaging decides what it holds).
     """
+    from vllm_fork.sources.upstream import tag_for  # (it loads the index client)
+
     tag = tag_for(version)
     candidates = [
         p
@@ -205,6 +218,8 @@ def _patched_paths(
 ) -> dict[str, list[str]]:
     """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes
     (less the patches the build left out, as its provenance record lists them)."""
+    from vllm_fork.tree.commits import series_commits
+
     series = config.series(version).without(left_out)
     commits = series_commits(tree)
     if len(commits) != len(series.patches):
@@ -262,21 +277,39 @@ def _explain(
     return Member(path, state, None, "no series patch changes this file")
 
 
-def audit_wheel(config: Workspace, wheel_path: Path, *, tree: Path | None = None) -> AuditReport:
-    """Compare ``wheel_path`` with upstream's wheel; ``tree``: a materialized tree to reuse."""
+def audit_wheel(
+    config: Workspace, wheel_path: Path, *, tree: Path | None = None, checked: bool = False
+) -> AuditReport:
+    """Compare ``wheel_path`` with upstream's wheel; ``tree``: a materialized tree to reuse.
+
+    The wheel is checked first (:meth:`Wheel.check`; ``checked``: the caller did): a
+    wheel with findings gets a failed report listing them, and is not compared.
+    """
+    wheel_path = Path(wheel_path)
     with Wheel(wheel_path) as wheel:
-        if not wheel.has(PACKAGE_PATH):
-            raise AuditError(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
+        problems = [] if checked else wheel.check()
         try:
-            record = loads(wheel.read(PACKAGE_PATH))
-            version = record["base"]["version"]
-            mode = record["build"]["mode"]
-            parsed = Provenance.from_json(record)
-            left_out = left_out_files(parsed)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AuditError(f"{wheel_path.name}: unreadable provenance record ({exc})") from None
+            record = from_wheel(wheel)
+        except ProvenanceError as exc:
+            if not problems:
+                raise AuditError(str(exc)) from None
+            problems.append(str(exc))
+            record = None
+        if problems:
+            mode = record["build"]["mode"] if record else "unknown"
+            return AuditReport(wheel_path.name, "-", mode, problems=format_findings(problems))
+        assert record is not None
+        version = record["base"]["version"]
+        mode = record["build"]["mode"]
+        parsed = Provenance.from_json(record)
+        left_out = left_out_files(parsed)
         fork = record_hashes(wheel)
-    base = config.base(version)
+    try:
+        base = config.base(version)
+    except ForkError as exc:
+        raise AuditError(
+            f"{wheel_path.name}: its provenance names base {version}, which cannot be used: {exc}"
+        ) from None
     upstream_path = _upstream_wheel(config, base, rocm_variant=_rocm_variant(parsed))
     with Wheel(upstream_path) as up:
         upstream = record_hashes(up)

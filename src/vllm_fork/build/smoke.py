@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.inside import script
-from vllm_fork.build.wheelfile import Wheel
+from vllm_fork.build.wheelfile import Wheel, format_findings
 from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.probes.finding import UNPROBED
-from vllm_fork.provenance import PACKAGE_PATH, loads
+from vllm_fork.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
 
 
 class SmokeFailed(ForkError):
@@ -47,6 +47,7 @@ class SmokeResult:
     imported: bool = True
     deps: bool = True  # installed with its dependencies
     existing: Path | None = None  # the venv checked as it was (--installed): no install
+    installed: bool = True  # False: refused before pip saw it (failures say why)
 
 
 log = logging.getLogger(__name__)
@@ -130,9 +131,25 @@ def smoke(
     else:
         wheel_path = Path(wheel_path).resolve()
         with Wheel(wheel_path) as wheel:
-            if not wheel.has(PACKAGE_PATH):
-                raise SmokeFailed(f"{wheel_path.name} has no {PACKAGE_PATH}: not a fork build")
-            record = loads(wheel.read(PACKAGE_PATH))
+            # pip would extract what the wheel holds: a wheel with any finding (an unsafe
+            # name, a link, a bomb, a RECORD that does not match) is refused before it
+            problems = wheel.check()
+            try:
+                record = from_wheel(wheel)
+            except ProvenanceError as exc:
+                if not problems:
+                    raise SmokeFailed(str(exc)) from None
+                problems.append(str(exc))
+        if problems:
+            return SmokeResult(
+                0.0,
+                0.0,
+                {"python": "-"},
+                failures=format_findings(problems),
+                imported=False,
+                deps=deps,
+                installed=False,
+            )
     keep = venv is not None or installed is not None
     if installed is not None:
         venv = Path(installed)
@@ -231,6 +248,12 @@ def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
 
 
 def format_result(wheel: Path | None, result: SmokeResult) -> str:
+    if not result.installed:
+        lines = [f"smoke {Path(wheel).name if wheel else '-'}"]
+        lines.append("not installed: the wheel itself has findings")
+        lines += [f"FAILED: {f}" for f in result.failures]
+        lines.append("smoke: FAILED")
+        return "\n".join(lines)
     if result.existing is not None:
         install = f"install: none (checked the existing venv {result.existing})"
     else:

@@ -2,6 +2,9 @@
 
 Checks, each reported as one line:
 - every member matches its RECORD hash and size, and RECORD lists every member;
+  each finding of :meth:`~vllm_fork.build.wheelfile.Wheel.check` (a malformed
+  RECORD row, an unsafe member name, a link or device member, a zip bomb, a
+  damaged member) is one line naming the member;
 - the provenance record is present and well formed;
 - the version in the file name, METADATA, ``vllm/_version.py`` and the record agree,
   and is ``<base>+hardened.<revision of the current series>``;
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.rules import left_out_of
-from vllm_fork.build.wheelfile import Wheel
+from vllm_fork.build.wheelfile import Wheel, WheelError, format_findings
 from vllm_fork.errors import ForkError
 from vllm_fork.provenance import (
     PACKAGE_PATH,
@@ -135,7 +138,7 @@ def _audit(config: Workspace, wheel_path: Path, report: Report, tree: Path | Non
     from vllm_fork.build.audit import NoBaselineError, audit_wheel
 
     try:
-        audit = audit_wheel(config, wheel_path, tree=tree)
+        audit = audit_wheel(config, wheel_path, tree=tree, checked=True)
     except NoBaselineError as exc:
         # A pure-Python build of a base without an upstream wheel has no baseline;
         # a wheel that reuses or replaces upstream's binaries always has one.
@@ -180,34 +183,38 @@ def _aiter(config: Workspace, version: str) -> str | None:
 
 def _verify(config: Workspace, wheel_path: Path, report: Report) -> None:
     with Wheel(wheel_path) as wheel:
-        problems = wheel.check_record()
-        report.check(
-            not problems,
-            "RECORD hashes of all files",
-            "; ".join(problems[:10])
-            + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""),
-        )
+        problems = wheel.check()
+        if problems:
+            report.bad += format_findings(problems)  # one line per finding, each names its member
+        else:
+            report.ok.append("RECORD hashes of all files")
         if not wheel.has(PACKAGE_PATH):
             report.check(False, "provenance", f"{PACKAGE_PATH} is missing: not a fork build")
             return
         try:
             record = parse(wheel.read(PACKAGE_PATH))
         except MalformedRecord as exc:
-            report.check(False, "provenance", f"malformed record ({exc})")
+            report.check(False, "provenance", f"malformed record {PACKAGE_PATH} ({exc})")
             return
-        except ValueError as exc:
-            report.check(False, "provenance", f"unreadable: {exc}")
+        except (ValueError, WheelError) as exc:
+            report.check(False, "provenance", f"{PACKAGE_PATH} unreadable: {exc}")
             return
         report.ok.append(f"provenance {PACKAGE_PATH} (schema {record.schema})")
         version = record.version
         name_version = str(wheel.name.version)
-        meta_version = wheel.metadata_version
-        m = (
-            _VERSION_PY.search(wheel.read("vllm/_version.py").decode())
-            if wheel.has("vllm/_version.py")
-            else None
-        )
-        py_version = m.group(1) if m else None
+        try:
+            meta_version = wheel.metadata_version
+        except WheelError as exc:
+            meta_version = None
+            report.check(False, "METADATA", str(exc))
+        py_version = None
+        if wheel.has("vllm/_version.py"):
+            try:
+                text = wheel.read("vllm/_version.py", limit=1 << 20).decode(errors="replace")
+                m = _VERSION_PY.search(text)
+                py_version = m.group(1) if m else None
+            except WheelError as exc:
+                report.check(False, "vllm/_version.py", str(exc))
         report.check(
             name_version == meta_version == py_version == version,
             f"version {version} in file name, METADATA, vllm/_version.py and provenance",

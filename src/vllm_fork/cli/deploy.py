@@ -94,14 +94,14 @@ def notes_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.deploy import file_sha256, previous_record
     from vllm_fork.deploy.notes import make_notes
-    from vllm_fork.errors import UsageError
-    from vllm_fork.provenance import PACKAGE_PATH, loads
+    from vllm_fork.errors import ForkError, UsageError
+    from vllm_fork.provenance import from_wheel
 
     def record_of(path: Path) -> dict:
         try:
             with Wheel(path) as w:
-                return loads(w.read(PACKAGE_PATH))
-        except (OSError, KeyError, ValueError) as exc:
+                return from_wheel(w)
+        except ForkError as exc:
             raise UsageError(f"{path}: not a fork wheel with a provenance record ({exc})") from None
 
     record = record_of(args.wheel)

@@ -483,10 +483,10 @@ def _on_term(signum: int, frame: object) -> None:
 
 
 def _fs_message(exc: OSError) -> str:
-    where = f" {exc.filename}" if exc.filename else ""
+    where = f" at {exc.filename}" if exc.filename else ""
     return (
-        f"file-system error at{where}: {exc.strerror or exc} (check that the path is a "
-        f"writable directory; the cache can be moved with {ENV_CACHE})"
+        f"file-system error{where}: {exc.strerror or exc} (check that the path is a "
+        f"writable directory with free space; the cache can be moved with {ENV_CACHE})"
     )
 
 

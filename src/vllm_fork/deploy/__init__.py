@@ -47,7 +47,7 @@ class ReleaseFiles:
 def previous_record(wheel: Path) -> dict[str, Any] | None:
     """The record of the newest older fork wheel of the same base beside ``wheel``."""
     from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.provenance import PACKAGE_PATH, loads
+    from vllm_fork.provenance import from_wheel
     from vllm_fork.series.forkversion import check_fork_version
 
     _, version, _, _ = parse_wheel_filename(wheel.name)
@@ -63,7 +63,7 @@ def previous_record(wheel: Path) -> dict[str, Any] | None:
     if best is None:
         return None
     with Wheel(best[1]) as w:
-        return loads(w.read(PACKAGE_PATH))
+        return from_wheel(w)
 
 
 def write_release_files(
@@ -150,6 +150,10 @@ def check_release_files(
                 f"{label} {path.name}: not found beside the wheel (not checked)"
             )
             continue
+        problem = _unreadable_json(path)
+        if problem:
+            bad.append(f"{label} {path.name}: {problem}")
+            continue
         text = path.read_text(encoding="utf-8")
         if suffix == sbom.SUFFIX:
             problems = sbom.check_sbom(
@@ -172,6 +176,21 @@ def check_release_files(
         else:
             ok.append(what)
     return ok, bad
+
+
+def _unreadable_json(path: Path) -> str | None:
+    """Why the release file at ``path`` cannot be read as JSON within the limits
+    (:mod:`vllm_fork.safejson`), or None (its size is checked before it is read)."""
+    from vllm_fork import safejson
+
+    size = path.stat().st_size
+    if size > safejson.MAX_BYTES:
+        return f"{size} bytes, more than the {safejson.MAX_BYTES} a document may have"
+    try:
+        safejson.loads(path.read_bytes())
+    except safejson.JSONLimitError as exc:
+        return str(exc)
+    return None
 
 
 def build_environment(python: str, tree: Path) -> dict[str, str | None]:

@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from vllm_fork import safejson
 from vllm_fork.errors import UsageError
 
 SUFFIX = ".intoto.json"
@@ -182,9 +183,11 @@ def check_attestation(
 ) -> tuple[list[str], str]:
     """(mismatches, how it was signed) for the file's text against the wheel and pins."""
     try:
-        doc = json.loads(text)
+        doc = safejson.loads(text)
     except ValueError as exc:
-        return [f"not JSON: {exc}"], "-"
+        return [str(exc)], "-"
+    if not isinstance(doc, dict):
+        return ["not a JSON object"], "-"
     signing = "unsigned"
     bad: list[str] = []
     if "payloadType" in doc:
@@ -215,9 +218,11 @@ def check_attestation(
                 bad.append(f"no valid signature by the key {wanted[:16]}")
             signing = f"signature by {wanted[:16]} valid" if good else "signature INVALID"
         try:
-            doc = json.loads(payload)
+            doc = safejson.loads(payload)
         except ValueError as exc:
-            return bad + [f"DSSE payload is not JSON: {exc}"], signing
+            return bad + [f"DSSE payload: {exc}"], signing
+        if not isinstance(doc, dict):
+            return bad + ["DSSE payload is not a JSON object"], signing
     if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != PREDICATE_TYPE:
         bad.append(f"not an in-toto statement with a {PREDICATE_TYPE} predicate")
         return bad, signing

@@ -204,7 +204,7 @@ def previous_published(
     from packaging.utils import parse_wheel_filename
 
     from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.provenance import PACKAGE_PATH, loads
+    from vllm_fork.provenance import from_wheel
     from vllm_fork.series.forkversion import check_fork_version
 
     session = session or requests.Session()
@@ -230,7 +230,7 @@ def previous_published(
                 for block in resp.iter_content(1 << 20):
                     fh.write(block)
             with Wheel(path) as wheel:
-                return loads(wheel.read(PACKAGE_PATH))
+                return from_wheel(wheel)
     except requests.ConnectionError as exc:
         raise PublishError(f"cannot reach the index {_host(index)}: {type(exc).__name__}") from None
     except requests.HTTPError as exc:

@@ -28,7 +28,6 @@ from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 log = logging.getLogger(__name__)
@@ -173,6 +172,9 @@ def make_sbom(
 
 def validate(text: str) -> str | None:
     """None when ``text`` is a valid CycloneDX 1.6 JSON document, else the first error."""
+    # the validator loads jsonschema's format checkers (seconds of CPU): only when needed
+    from cyclonedx.validation.json import JsonStrictValidator
+
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     return None if error is None else str(error).splitlines()[0]
 

@@ -32,6 +32,8 @@ from vllm_fork.errors import (
     NetworkError,
     NotOnIndexError,
     OfflineError,
+    fs_fault,
+    is_fs_fault,
 )
 from vllm_fork.lock import cache_lock, owned_tempfile
 from vllm_fork.sources.pins import FilePin
@@ -121,6 +123,8 @@ class Index:
                 with open(source, "rb") as src, open(target, "wb") as dst:
                     shutil.copyfileobj(src, dst, _CHUNK)
             except OSError as exc:
+                if is_fs_fault(exc):
+                    raise fs_fault(exc, target, f"copying {pkg.filename}") from exc
                 raise NetworkError(f"cannot read {source}: {exc}") from exc
             return
         assert self._client is not None
@@ -134,6 +138,8 @@ class Index:
                 timeout=self.pip.timeout,
             )
         except (requests.RequestException, OSError) as exc:
+            if is_fs_fault(exc) and not isinstance(exc, requests.RequestException):
+                raise fs_fault(exc, target, f"downloading {pkg.filename}") from exc
             raise NetworkError(
                 f"download of {pkg.filename} from {self.display} failed: {exc}"
             ) from exc

@@ -17,7 +17,8 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from vllm_fork.errors import UnsafeArchiveError
+from vllm_fork import faults
+from vllm_fork.errors import UnsafeArchiveError, fs_fault, is_fs_fault
 
 MAX_TOTAL_BYTES = 4 << 30  # a vLLM sdist unpacks to ~100 MB; refuse archive bombs
 
@@ -71,6 +72,7 @@ def _make_filter(top: str):  # type: ignore[no-untyped-def]
         )
 
     def _filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        faults.point("unpack.member")
         rel = check_member(member, top)
         if not rel:
             return None
@@ -107,7 +109,17 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
     except UnsafeArchiveError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise UnsafeArchiveError(f"{archive.name}: {exc}") from exc
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if is_fs_fault(exc) or exc.errno is not None:
+            # a full or read-only file system, or a path the tool cannot write: not the
+            # archive's fault (a damaged gzip stream raises an OSError without an errno)
+            raise fs_fault(exc, dest.parent, f"extracting {archive.name}") from exc
+        raise UnsafeArchiveError(
+            f"cannot extract {archive.name}: {exc or type(exc).__name__} (a damaged or "
+            "truncated archive)"
+        ) from exc
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise UnsafeArchiveError(
             f"cannot extract {archive.name}: {exc or type(exc).__name__} (a damaged or "

@@ -25,6 +25,8 @@ from vllm_fork.errors import (
     SeriesError,
     UsageError,
     WorkTreeError,
+    fs_fault,
+    is_fs_fault,
 )
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
@@ -192,6 +194,8 @@ def materialize(
             clear_owned(dest.parent, f"{dest.name}.")
             work = owned_tempdir(dest.parent, dest.name)
         except OSError as exc:
+            if is_fs_fault(exc):
+                raise fs_fault(exc, dest.parent, f"creating {dest}") from exc
             raise WorkTreeError(f"cannot create {dest}: {exc.strerror or exc}") from exc
         try:
             return _build(
@@ -206,6 +210,8 @@ def _place(tree: Path, dest: Path) -> None:
     try:
         os.rename(tree, dest)
     except OSError as exc:
+        if is_fs_fault(exc):
+            raise fs_fault(exc, dest, "moving the finished tree into place") from exc
         raise WorkTreeError(
             f"cannot move the finished tree into {dest}: {exc.strerror or exc}"
         ) from exc
