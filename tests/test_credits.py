@@ -35,6 +35,9 @@ def test_every_backport_of_the_committed_series_names_pr_commit_and_authors() ->
     for version in _series_versions():
         for header in load_series(ROOT / "series" / version).headers:
             category, url, commit = origin_fields(header.origin)
+            if header.part == "fix":  # credits the upstream fix it backports
+                assert category == "backport" and url and header.authors, header.file
+                continue
             if category == "backport":
                 change = registry.get(header.change)
                 assert url == change.pr_url and commit == change.upstream_commit, header.file
@@ -108,6 +111,26 @@ def test_a_vendor_patch_claiming_upstream_authors_is_reported(tmp_path: Path) ->
     )
     problems = credits.credit_problems(parse_patch(patch))
     assert problems[0].startswith(f"{SWITCH}: Origin must be 'vendor'")
+
+
+def test_a_fix_credits_the_upstream_fix_it_backports(tmp_path: Path) -> None:
+    patch = _copy(tmp_path, SWITCH)
+    _edit(patch, "Fork-Part: hardening\n", "Fork-Part: fix\n")
+    problems = credits.credit_problems(parse_patch(patch))
+    assert [p.split(": ")[1] for p in problems] == [
+        "a fix must say 'Origin",
+        "a fix must credit the upstream fix's authors (Author)",
+    ]
+    fix_origin = "backport, https://github.com/vllm-project/vllm/pull/47404, commit:bbb0f945ff"
+    _edit(patch, "Origin: vendor\n", f"Origin: {fix_origin}\n")
+    (problem,) = credits.credit_problems(parse_patch(patch))
+    assert problem.endswith("(Author)")
+    _edit(
+        patch, f"Origin: {fix_origin}\n", f"Origin: {fix_origin}\nAuthor: ZihaoMu <zmu@amd.com>\n"
+    )
+    assert credits.credit_problems(parse_patch(patch)) == []
+    validate_header(parse_patch(patch))
+    assert credits.rewrite_credit(patch) is False  # the registry's credit is not forced on it
 
 
 def test_the_check_reads_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,6 +121,25 @@ def test_stream_capture_is_simulated(rocm_sim, stream_capture):
     assert torch.cuda.is_current_stream_capturing() is False
 
 
+def test_stream_syncs_are_recorded_in_order(rocm_sim, sim_calls):
+    import aiter
+
+    qo = torch.tensor([0, 1, 2], dtype=torch.int32)
+    kv = torch.tensor([0, 3, 6], dtype=torch.int32)
+    last = torch.ones(2, dtype=torch.int32)
+    outs = [torch.empty(4, dtype=torch.int32) for _ in range(6)]
+    aiter.get_mla_metadata_v1(qo, kv, last, 16, 1, True, *outs)
+    torch.cuda.current_stream("cuda:1").synchronize()
+    torch.cuda.synchronize()
+    assert sim_calls.names() == [
+        "aiter.get_mla_metadata_v1",
+        "torch.cuda.Stream.synchronize",
+        "torch.cuda.synchronize",
+    ]
+    assert sim_calls.named("torch.cuda.Stream.synchronize")[0].kwargs == {"device": "cuda:1"}
+    assert sim_calls.named("torch.cuda.synchronize")[0].kwargs == {"device": None}
+
+
 def test_pinning_helpers_work_without_a_device(rocm_sim):
     import numpy as np
 

@@ -50,7 +50,12 @@ import torch
 
 import vllm_rocm_sim as sim
 from vllm_rocm_sim import ops
-from vllm_rocm_sim.recorder import RECORDER, CallRecorder
+from vllm_rocm_sim.recorder import (
+    DEVICE_SYNC,
+    RECORDER,
+    STREAM_SYNC,
+    CallRecorder,
+)
 
 sim.activate()
 ops.register_aten_cpu_gaps()
@@ -230,6 +235,39 @@ def _simulated_stream_capture(monkeypatch: pytest.MonkeyPatch) -> None:
             "is_current_stream_capturing",
             _StreamCapture.is_current_stream_capturing,
         )
+
+
+class SimStream:
+    """What ``torch.cuda.current_stream()`` gives under the simulation: its
+    ``synchronize()`` is recorded as ``torch.cuda.Stream.synchronize``."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.device = device
+
+    def synchronize(self) -> None:
+        RECORDER.record(STREAM_SYNC, (), {"device": _device_name(self.device)})
+
+    def query(self) -> bool:
+        return True
+
+
+def _device_name(device: Any) -> str | None:
+    return None if device is None else str(device)
+
+
+def _current_stream(device: Any = None) -> SimStream:
+    return SimStream(device)
+
+
+def _synchronize(device: Any = None) -> None:
+    RECORDER.record(DEVICE_SYNC, (), {"device": _device_name(device)})
+
+
+@pytest.fixture(autouse=True)
+def _simulated_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    if sim.is_active():
+        monkeypatch.setattr(torch.cuda, "current_stream", _current_stream)
+        monkeypatch.setattr(torch.cuda, "synchronize", _synchronize)
 
 
 @pytest.fixture(autouse=True)

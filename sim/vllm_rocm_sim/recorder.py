@@ -7,6 +7,10 @@ from typing import Any
 
 import torch
 
+# Names of the host waits the simulation records (see the plugin's streams).
+STREAM_SYNC = "torch.cuda.Stream.synchronize"
+DEVICE_SYNC = "torch.cuda.synchronize"
+
 
 def _snapshot(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
@@ -27,7 +31,9 @@ class Call:
 
 class CallRecorder:
     """Records calls by name: ``aiter.<function>`` for fake aiter functions,
-    ``vllm::<op>`` for custom ops run through a CPU impl of the simulation."""
+    ``vllm::<op>`` for custom ops run through a CPU impl of the simulation,
+    ``STREAM_SYNC``/``DEVICE_SYNC`` for host waits on a simulated stream or
+    device."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []

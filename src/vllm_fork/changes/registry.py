@@ -337,7 +337,8 @@ CHANGES: tuple[Change, ...] = (
         hardening=(
             Hardening(
                 "two-stage-switch",
-                "VLLM_ROCM_AITER_AR_RMS_FORCE_2STAGE=1 forces the 2-stage kernel",
+                "the 2-stage kernel by default on gfx942 (AITER #4888); "
+                "VLLM_ROCM_AITER_AR_RMS_FORCE_2STAGE=1 forces it, =0 keeps the 1-stage one",
             ),
         ),
         probe="vllm_fork.probes.allreduce:probe_ar_rms_pack_gate",

@@ -11,9 +11,11 @@
   probed, the probe finds it).
 
 Patch parts: only a ``change`` patch makes a change carried; the tests of
-``change`` and ``hardening`` patches must fail without the patch (what
-``vllm-fork test --prove-fail`` judges); ``tests`` patches pin what upstream
-already has; ``support`` patches carry infrastructure.
+``change``, ``hardening`` and ``fix`` patches must fail without the patch
+(what ``vllm-fork test --prove-fail`` judges); a ``fix`` patch backports an
+upstream fix of a later bug in the change's code (it credits that fix's PR
+and authors, not the change's); ``tests`` patches pin what upstream already
+has; ``support`` patches carry infrastructure.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ PART_CHANGE = "change"
 PART_HARDENING = "hardening"
 PART_TESTS = "tests"
 PART_SUPPORT = "support"
-PARTS = (PART_CHANGE, PART_HARDENING, PART_TESTS, PART_SUPPORT)
-JUDGED_PARTS = (PART_CHANGE, PART_HARDENING)  # their tests must fail without them
+PART_FIX = "fix"
+PARTS = (PART_CHANGE, PART_HARDENING, PART_TESTS, PART_SUPPORT, PART_FIX)
+# their tests must fail without them
+JUDGED_PARTS = (PART_CHANGE, PART_HARDENING, PART_FIX)
 
 LEGEND = (
     "carried: the series brings it; upstream: the release has it; n/a: the release "

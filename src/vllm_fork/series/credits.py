@@ -7,7 +7,10 @@ registry gives a PR) names the PR, its merge commit and its authors:
     Author: Aakif Nawaz <aakif.nawaz@amd.com>
 
 exactly as the change registry records them (``pr``, ``upstream_commit``,
-``upstream_authors``); every other patch is the fork's own work and says
+``upstream_authors``). A ``Fork-Part: fix`` patch backports a later upstream
+fix of the change's code: it names that fix's PR the same way
+(``Origin: backport, <PR url>[, commit:<sha>]``) and credits at least one
+author of it. Every other patch is the fork's own work and says
 ``Origin: vendor`` without ``Author`` lines. The git ``From:`` of every patch
 is the fork's maintainers (docs/series-format.md). The registry is the one
 source of these facts: this module checks headers against it and can write
@@ -34,26 +37,45 @@ from vllm_fork.config import find_root
 from vllm_fork.errors import ForkError, SeriesError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME
 from vllm_fork.series.patches import (
+    ORIGIN_BACKPORT,
     ORIGIN_VENDOR,
     PatchHeader,
     Series,
     load_series,
+    origin_fields,
     parse_patch,
 )
 
 log = logging.getLogger(__name__)
 
 PART_CHANGE = "change"
+PART_FIX = "fix"
 FORK_FROM = f"{FORK_NAME} <{FORK_EMAIL}>"
 # the From: header as git format-patch folds it
 FORK_FROM_LINES = [f"From: {FORK_NAME}\n", f" <{FORK_EMAIL}>\n"]
 
 
+def fix_credit_problems(header: PatchHeader) -> list[str]:
+    """What a ``fix`` patch's credit lacks: the upstream fix it backports
+    (a backport origin with its PR url) and at least one of its authors."""
+    category, url, _ = origin_fields(header.origin)
+    problems: list[str] = []
+    if category != ORIGIN_BACKPORT or not url:
+        problems.append(
+            f"{header.file}: a fix must say 'Origin: backport, <PR url>[, commit:<sha>]', "
+            f"got {header.origin!r}"
+        )
+    if not header.authors:
+        problems.append(f"{header.file}: a fix must credit the upstream fix's authors (Author)")
+    return problems
+
+
 def expected_credit(header: PatchHeader) -> tuple[str, tuple[str, ...]] | None:
     """The ``Origin`` value and ``Author`` values the registry asks of this
-    patch, or None for a patch of a support id (test infrastructure)."""
+    patch, or None for a patch of a support id (test infrastructure) or a
+    ``fix`` (it credits its own upstream fix, see ``fix_credit_problems``)."""
     change = registry.find(header.change)
-    if change is None:
+    if change is None or header.part == PART_FIX:
         return None
     origin = change.backport_origin if header.part == PART_CHANGE else None
     if origin is None:
@@ -66,6 +88,8 @@ def credit_problems(header: PatchHeader) -> list[str]:
     problems: list[str] = []
     if header.author != FORK_FROM:
         problems.append(f"{header.file}: From must be {FORK_FROM!r}, got {header.author!r}")
+    if header.part == PART_FIX:
+        return problems + fix_credit_problems(header)
     expected = expected_credit(header)
     if expected is None:
         return problems
