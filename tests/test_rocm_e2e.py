@@ -65,10 +65,12 @@ def say(text: str) -> None:
 
 @pytest.fixture
 def fork_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """bases.toml and series/ of the repository, copied: the pin goes there."""
+    """bases.toml, known-issues.toml and series/ of the repository, copied: the pin
+    goes there (the series' Fork-Fixes trailers name entries of the register)."""
     root = tmp_path / "repo"
     root.mkdir()
     shutil.copyfile(REPO / "bases.toml", root / "bases.toml")
+    shutil.copyfile(REPO / "known-issues.toml", root / "known-issues.toml")
     shutil.copytree(REPO / "series", root / "series")
     monkeypatch.setenv("VLLM_FORK_ROOT", str(root))
     return root

@@ -283,6 +283,12 @@ CHANGES: tuple[Change, ...] = (
             Landing("vllm/model_executor/models/deepseek_v2.py"),
             Landing("vllm/model_executor/models/deepseek_mtp.py"),
             Landing("vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py"),
+            # the layer keeps the MQA path for the ROCm impl (#50064 on 0.26.0)
+            Landing(
+                "vllm/model_executor/layers/attention/mla_attention.py",
+                since="0.26.0",
+                until="0.26.0",
+            ),
             Landing("benchmarks/kernels/benchmark_dsv32_decode_launches.py", added=True),
         ),
         hardening=(
@@ -308,6 +314,7 @@ CHANGES: tuple[Change, ...] = (
             "tests/rocm/aiter/test_deepseek_router_dtype.py",
             "tests/rocm/aiter/test_mla_sparse_metadata_reuse.py",
             "tests/rocm/aiter/test_mla_sparse_shrink_tail_fills.py",
+            "tests/rocm/aiter/test_mla_sparse_metadata_split.py",
             "tests/rocm/aiter/test_moe_bias_precast.py",
         ),
         why="each decode step copies router logits to float32 per MoE layer, rebuilds "
@@ -333,6 +340,9 @@ CHANGES: tuple[Change, ...] = (
             Landing(
                 "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.30.0"
             ),
+            # the fusion pass stays off with an AITER older than 0.1.14 (AITER #2890),
+            # on the bases whose ROCm image pins one
+            Landing("vllm/compilation/passes/fusion/allreduce_rms_fusion.py", until="0.24.0"),
         ),
         hardening=(
             Hardening(
@@ -342,7 +352,11 @@ CHANGES: tuple[Change, ...] = (
             ),
         ),
         probe="vllm_fork.probes.allreduce:probe_ar_rms_pack_gate",
-        tests=("tests/rocm/aiter/test_fused_allreduce_rmsnorm_gate.py",),
+        tests=(
+            "tests/rocm/aiter/test_fused_allreduce_rmsnorm_gate.py",
+            "tests/rocm/aiter/test_fused_allreduce_rmsnorm_3d_tokens.py",
+            "tests/rocm/aiter/test_fused_allreduce_rmsnorm_aiter_version.py",
+        ),
         why="a hidden-size whitelist keeps shapes such as GPT-OSS's 2880 off the 1-stage kernel",
         retire_when="the change once the oldest supported base is 0.22.0; the switch once "
         "AITER fixes the wrong first graph replay after idle on gfx942",
