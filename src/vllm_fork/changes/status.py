@@ -23,6 +23,7 @@ from vllm_fork.changes.known_issues import (
     AFFECTED,
     FIXED_FORK,
     FIXED_UPSTREAM,
+    FIXES_TRAILER,
     MITIGATED,
     NOT_AFFECTED,
     IssueState,
@@ -130,6 +131,14 @@ def series_tree(repo: Path, tag: str, series: Series) -> str:
         return git_out(["write-tree"], env=env)
 
 
+def series_fixes(series: Series) -> list[tuple[str, list[str]]]:
+    """(patch name, its ``Fork-Fixes`` values) of every patch of ``series``."""
+    return [
+        (p.name, h.values(FIXES_TRAILER))
+        for p, h in zip(series.patches, series.headers, strict=True)
+    ]
+
+
 def known_issue_states(
     config: Workspace,
     pristine: SourceTree,
@@ -161,11 +170,7 @@ def base_issue_states(config: Workspace, version: str) -> tuple[IssueState, ...]
     pristine = GitTree(repo, tag)
     series = config.series(version)
     patched = GitTree(repo, series_tree(repo, tag, series)) if series.patches else pristine
-    fixes = [
-        (p.name, h.values("Fork-Fixes"))
-        for p, h in zip(series.patches, series.headers, strict=True)
-    ]
-    return known_issue_states(config, pristine, patched, fixes)
+    return known_issue_states(config, pristine, patched, series_fixes(series))
 
 
 SHORT = {
@@ -361,17 +366,14 @@ def compute_status(
             for c in commits
             for ch in c.values("Fork-Change")
         ]
-        fixes = [(c.subject, c.values("Fork-Fixes")) for c in commits]
+        fixes = [(c.subject, c.values(FIXES_TRAILER)) for c in commits]
     else:
         patched_tree = (
             GitTree(repo, series_tree(repo, tag, series)) if series.patches else pristine_tree
         )
         patched = probe_all(patched_tree) if series.patches else pristine
         names = tuple(p.name for p in series.patches)
-        fixes = [
-            (p.name, h.values("Fork-Fixes"))
-            for p, h in zip(series.patches, series.headers, strict=True)
-        ]
+        fixes = series_fixes(series)
         patches = [
             (p.name, h.change, h.part, h.build)
             for p, h in zip(series.patches, series.headers, strict=True)

@@ -253,17 +253,13 @@ def after_build(
 def built_issue_states(config: Any, version: str, built: Any) -> dict[str, dict[str, Any]] | None:
     """Each known issue on a built tree (None when the pristine base is not in the
     cache, so "fixed upstream" and "fixed by fork" cannot be told apart)."""
-    from vllm_fork.changes.status import known_issue_states
+    from vllm_fork.changes.status import known_issue_states, series_fixes
     from vllm_fork.probes import GitTree
     from vllm_fork.sources.upstream import imported_sha256, tag_for
 
     if imported_sha256(config.upstream_repo, version) is None:
         return None
-    series = config.series(version)
-    fixes = [
-        (p.name, h.values("Fork-Fixes"))
-        for p, h in zip(series.patches, series.headers, strict=True)
-    ]
+    fixes = series_fixes(config.series(version))
     pristine = GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}")
     states = known_issue_states(config, pristine, built, fixes)
     return {s.issue: s.to_json() for s in states}

@@ -284,7 +284,7 @@ def pytest_args(tree: Path) -> list[str]:
 def step_known_issues(ctx: Context) -> dict[str, Any]:
     """Each entry of the known-issue register on the materialized tree; a base
     with an AFFECTED entry fails."""
-    from vllm_fork.changes.known_issues import AFFECTED
+    from vllm_fork.changes.known_issues import AFFECTED, FIXES_TRAILER
     from vllm_fork.changes.status import known_issue_states
     from vllm_fork.probes import DirTree, GitTree
     from vllm_fork.sources.upstream import tag_for
@@ -292,7 +292,7 @@ def step_known_issues(ctx: Context) -> dict[str, Any]:
 
     tree = _need_tree(ctx)
     tag = tag_for(ctx.version)
-    fixes = [(c.subject, c.values("Fork-Fixes")) for c in series_commits(tree, tag)]
+    fixes = [(c.subject, c.values(FIXES_TRAILER)) for c in series_commits(tree, tag)]
     states = known_issue_states(
         ctx.config,  # type: ignore[arg-type]
         GitTree(ctx.config.upstream_repo, f"refs/tags/{tag}"),
