@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,23 +74,30 @@ def precompiled_rocm_requirements(tree: Path, work: Path) -> Path:
     from vllm_fork.release.treevenv import torch_spec
 
     source = requirements_file(tree, "rocm")
-    keep: list[str] = []
-    for line in source.read_text().splitlines():
-        text = line.split("#", 1)[0].strip()
-        if not text or text.startswith("-"):
-            continue
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) in PRECOMPILED_ROCM_TOOLS:
-            keep.append(str(req))
+    keep = [
+        str(req)
+        for req in requirement_lines(source)
+        if canonicalize_name(req.name) in PRECOMPILED_ROCM_TOOLS
+    ]
     names = {canonicalize_name(Requirement(r).name) for r in keep}
     keep += [t for t in PRECOMPILED_ROCM_TOOLS if t not in names]
     keep.append(torch_spec())
     out = Path(work) / "precompiled-rocm.txt"
     out.write_text("".join(f"{r}\n" for r in sorted(keep)))
     return out
+
+
+def requirement_lines(path: Path) -> Iterator[Requirement]:
+    """The requirements a pip requirements file names, skipping comments, options
+    (``-r``, ``--index-url`` ...) and lines that are no PEP 508 requirement."""
+    for line in path.read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if not text or text.startswith("-"):
+            continue
+        try:
+            yield Requirement(text)
+        except InvalidRequirement:
+            continue
 
 
 def env_key(requirements: Path, python_version: str) -> str:
@@ -109,14 +117,7 @@ def cpu_torch_exclusions(requirements: Path) -> list[str]:
     build ``X`` (a local version label sorts after the public version), and a
     precompiled or full build cannot run with it."""
     out: list[str] = []
-    for line in requirements.read_text().splitlines():
-        text = line.split("#", 1)[0].strip()
-        if not text or text.startswith("-"):
-            continue
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
+    for req in requirement_lines(requirements):
         if canonicalize_name(req.name) != "torch":
             continue
         for spec in req.specifier:

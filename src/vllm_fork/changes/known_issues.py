@@ -177,11 +177,6 @@ class IssueState:
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "patches": list(self.patches)}
 
-    @property
-    def cell(self) -> str:
-        """A short table cell: the state, with the release or the patch count."""
-        return self.state
-
 
 def ref_url(ref: str) -> str:
     """``vllm#47404`` -> the tracker URL (GitHub redirects issues and pulls alike)."""

@@ -284,7 +284,7 @@ def pytest_args(tree: Path) -> list[str]:
 def step_known_issues(ctx: Context) -> dict[str, Any]:
     """Each entry of the known-issue register on the materialized tree; a base
     with an AFFECTED entry fails."""
-    from vllm_fork.changes.known_issues import AFFECTED, FIXES_TRAILER
+    from vllm_fork.changes.known_issues import AFFECTED, FIXES_TRAILER, affected
     from vllm_fork.changes.status import known_issue_states
     from vllm_fork.probes import DirTree, GitTree
     from vllm_fork.sources.upstream import tag_for
@@ -300,7 +300,7 @@ def step_known_issues(ctx: Context) -> dict[str, Any]:
         fixes,
     )
     data = {"known_issues": {s.issue: s.to_json() for s in states}}
-    bad = [s.issue for s in states if s.state == AFFECTED]
+    bad = [s.issue for s in affected(states)]
     if bad:
         raise StepFailed(f"{AFFECTED} by known issue(s): {', '.join(bad)}", data)
     return data
