@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import Config, load_config
+from vllm_fork.config import Config
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.upstream import import_sdist, init_repo
+from vllm_fork.sources.workspace import load_config
 
 try:
     from .gitutil import IDENTITY

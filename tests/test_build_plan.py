@@ -263,7 +263,7 @@ def test_full_build_fails_early_without_toolchain(
     def boom(*args: object, **kw: object) -> None:
         raise AssertionError("materialize must not run")
 
-    monkeypatch.setattr("vllm_fork.tree.materialize.materialize", boom)
+    monkeypatch.setattr("vllm_fork.build.builder.materialize", boom)
     # A build Python with a ROCm torch, on a machine without hipcc.
     probe = {
         "python": "3.11",
@@ -434,8 +434,7 @@ def test_read_backend(tmp_path: Path) -> None:
 
 def count_loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count parses of bases.toml, series reads and fetchers made from now on."""
-    from vllm_fork.series import patches
-    from vllm_fork.sources import fetch, pins
+    from vllm_fork.sources import fetch, workspace
 
     counts = {"pins": 0, "series": 0, "fetchers": 0}
 
@@ -446,8 +445,8 @@ def count_loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
         return wrapper
 
-    monkeypatch.setattr(pins, "load_pins", counting("pins", pins.load_pins))
-    monkeypatch.setattr(patches, "load_series", counting("series", patches.load_series))
+    monkeypatch.setattr(workspace, "load_pins", counting("pins", workspace.load_pins))
+    monkeypatch.setattr(workspace, "load_series", counting("series", workspace.load_series))
     monkeypatch.setattr(fetch.Fetcher, "__init__", counting("fetchers", fetch.Fetcher.__init__))
     return counts
 

@@ -12,11 +12,11 @@ import pytest
 
 from vllm_fork import __version__
 from vllm_fork.build.provenance import format_record, make_record
-from vllm_fork.build.rules import touched_paths
+from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.state import decide
-from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe
+from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe, probe_fn
 from vllm_fork.reports import tables
 from vllm_fork.reports.matrix import compute_matrix, format_matrix
 from vllm_fork.reports.status import compute_status, format_status
@@ -78,7 +78,7 @@ def test_registry_entries_are_complete() -> None:
     ids = registry.change_ids()
     assert len(set(ids)) == len(ids)
     for change in registry.changes():
-        assert callable(change.probe_fn()), change.id
+        assert callable(probe_fn(change)), change.id
         assert change.files and change.tests, change.id
         for line in (change.title, change.why, change.retire_when):
             assert line and "\n" not in line, change.id

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import load_config
 from vllm_fork.probes import GitTree
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.materialize import materialize
 
 REPO = Path(__file__).resolve().parents[1]

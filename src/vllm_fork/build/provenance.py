@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_fork import safejson
+from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ForkError
-from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL
+from vllm_fork.facts import registry
+from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, ORIGIN_BACKPORT, origin_fields
 
 if TYPE_CHECKING:
     from vllm_fork.build.wheelfile import Wheel
@@ -44,9 +46,6 @@ def sha256_bytes(data: bytes) -> str:
 def upstream_pr(change: str, origin: str) -> str | None:
     """The PR of a ``backport, <url>[, commit:<sha>]`` origin, else the PR the
     change belongs to (from the change registry; None for support patches)."""
-    from vllm_fork.facts import registry
-    from vllm_fork.series.patches import ORIGIN_BACKPORT, origin_fields
-
     category, url, _ = origin_fields(origin)
     if category == ORIGIN_BACKPORT:
         return url
@@ -295,8 +294,6 @@ class Provenance:
 
 def patch_entries(series: Series) -> tuple[PatchEntry, ...]:
     """One entry per patch, in series order."""
-    from vllm_fork.build.rules import touched_paths
-
     entries = []
     for path, header in zip(series.patches, series.headers, strict=True):
         data = path.read_bytes()

@@ -126,6 +126,8 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
 
 def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
+    from vllm_fork.deploy import release_files
+    from vllm_fork.deploy.attestation import load_private_key
     from vllm_fork.errors import UnsupportedBaseError
     from vllm_fork.sources.pins import require_supported
 
@@ -147,7 +149,6 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
         plat_name=args.plat_name,
         full=_full_options(args),
         keep_tree=args.keep_tree,
-        signing_key=args.signing_key,
         rocm_variant=args.rocm_variant,
         rocm_index=args.rocm_index,
     )
@@ -155,7 +156,10 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
         text = dry_run(config, req)
         print(json.dumps({"dry_run": text}, indent=2) if args.json else text)
         return 0
+    if args.signing_key is not None:  # a bad key fails now, not after the build
+        load_private_key(args.signing_key)
     result = build(config, req)
+    release_files(config, result, signing_key=args.signing_key)
     if args.json:
         log.info(
             f"vllm {result.version}: built in {result.seconds:.0f} s "
@@ -192,9 +196,9 @@ def verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def verify_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.build.verify import verify_wheel
+    from vllm_fork.deploy import verify_release
 
-    report = verify_wheel(
+    report = verify_release(
         config,
         args.wheel,
         public_key=args.public_key,

@@ -34,9 +34,9 @@ from vllm_fork.cli.release import (
     update_args,
     update_run,
 )
-from vllm_fork.config import ENV_CACHE, load_config
+from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import CacheError, ForkError, UsageError
-from vllm_fork.sources.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace, load_config
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,22 @@ import contextlib
 import hashlib
 import io
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import requests
+from packaging.utils import parse_wheel_filename
+from pypi_simple import NoSuchProjectError, PyPISimple
 
+from vllm_fork.build.provenance import from_wheel
+from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import Config
+from vllm_fork.deploy import file_sha256, verify_release
 from vllm_fork.errors import ForkError
+from vllm_fork.series.forkversion import check_fork_version
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +92,6 @@ def index_files(
     session: requests.Session, index: str, project: str
 ) -> dict[str, tuple[str | None, str]]:
     """filename -> (sha256 or None when the index gives none, URL) of ``project`` on ``index``."""
-    from pypi_simple import NoSuchProjectError, PyPISimple
-
     client = PyPISimple(endpoint=index, session=session)
     try:
         page = client.get_project_page(project)
@@ -117,9 +122,6 @@ def publish(
     from twine.exceptions import TwineException
     from twine.package import PackageFile
 
-    from vllm_fork.build.verify import verify_wheel
-    from vllm_fork.deploy import file_sha256
-
     for wheel in wheels:
         if not wheel.is_file():
             raise PublishError(f"{wheel}: no such file")
@@ -135,7 +137,9 @@ def publish(
     done: list[Published] = []
     try:
         for wheel in wheels:
-            report = verify_wheel(config, wheel, public_key=public_key, require_release_files=True)
+            report = verify_release(
+                config, wheel, public_key=public_key, require_release_files=True
+            )
             if not report.passed:
                 raise PublishError(
                     f"refusing {wheel.name}: it does not verify ({report.bad[0]}"
@@ -199,14 +203,6 @@ def previous_published(
 ) -> dict[str, Any] | None:
     """The provenance record of the newest fork version of the same base older than
     ``version`` on ``index`` (its wheel is downloaded), or None when there is none."""
-    import tempfile
-
-    from packaging.utils import parse_wheel_filename
-
-    from vllm_fork.build.provenance import from_wheel
-    from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.series.forkversion import check_fork_version
-
     session = session or requests.Session()
     base, revision = check_fork_version(version)
     best: tuple[int, str, str] | None = None

@@ -18,6 +18,7 @@ from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
 from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
+from vllm_fork.facts import registry
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
@@ -45,8 +46,6 @@ BUILD_VALUES = (BUILD_FULL, BUILD_ANY)
 
 
 def known_changes() -> tuple[str, ...]:
-    from vllm_fork.facts import registry
-
     return registry.header_ids()
 
 

@@ -240,22 +240,6 @@ def pin_rocm(
     return pins, pin
 
 
-def base_aiter(config: Config, version: str) -> str | None:
-    """The AITER tag the ROCm base image of upstream's ``version`` pins (read from the
-    imported sdist, ``docker/Dockerfile.rocm_base``); None when it pins none."""
-    from vllm_fork.probes import GitTree
-    from vllm_fork.probes.rocm_pins import aiter_pin
-    from vllm_fork.sources.upstream import ensure_upstream, tag_for
-    from vllm_fork.sources.workspace import Workspace
-
-    if isinstance(config, Workspace):
-        ensure_upstream(config, config.base(version))
-    try:
-        return aiter_pin(GitTree(config.upstream_repo, tag_for(version)))
-    except ValueError:
-        return None
-
-
 def ensure_rocm_wheel(
     config: Config, pin: RocmPin, index: str | None = None, fetcher: Fetcher | None = None
 ) -> Path:

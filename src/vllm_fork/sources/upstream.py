@@ -31,7 +31,7 @@ from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import CacheCorruptError, CacheError, ForkError, UnsafeArchiveError
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.lock import cache_lock, owned_tempdir
-from vllm_fork.sources.fetch import Fetcher
+from vllm_fork.sources.fetch import Fetcher, sha256_file
 from vllm_fork.sources.pins import Base
 from vllm_fork.sources.unpack import safe_extract
 from vllm_fork.sources.workspace import Workspace
@@ -106,8 +106,6 @@ def _pack_files(repo: Path) -> list[Path]:
 
 
 def _sha256(path: Path) -> str:
-    from vllm_fork.sources.fetch import sha256_file
-
     return sha256_file(path)
 
 
