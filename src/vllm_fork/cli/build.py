@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.errors import UsageError
+from vllm_fork.errors import UnsupportedBaseError, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,6 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
     from vllm_fork.deploy import release_files
     from vllm_fork.deploy.attestation import load_private_key
-    from vllm_fork.errors import UnsupportedBaseError
     from vllm_fork.sources.pins import require_supported
 
     base = config.base(args.base)
@@ -217,8 +216,6 @@ def audit_args(p: argparse.ArgumentParser) -> None:
 
 
 def audit_run(args: argparse.Namespace, config: Workspace) -> int:
-    import json
-
     from vllm_fork.build.audit import audit_wheel
 
     report = audit_wheel(config, args.wheel)

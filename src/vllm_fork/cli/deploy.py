@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import logging
 from pathlib import Path
 
 from vllm_fork.config import Config
+from vllm_fork.errors import ForkError, UsageError
 
 
 def publish_args(p: argparse.ArgumentParser) -> None:
@@ -70,10 +73,6 @@ def _known_issues_of(config: Config, record: dict) -> dict | None:
     """The known-issue states of the wheel's base and series, as ``status`` computes
     them; None (the notes say "not judged") when the wheel was built from another
     series than ``series/<base>/`` holds now, or the base cannot be probed here."""
-    import hashlib
-    import logging
-
-    from vllm_fork.errors import ForkError
     from vllm_fork.reports.status import compute_status
 
     version = record["base"]["version"]
@@ -95,7 +94,6 @@ def notes_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.deploy import file_sha256, previous_record
     from vllm_fork.deploy.notes import make_notes
-    from vllm_fork.errors import ForkError, UsageError
 
     def record_of(path: Path) -> dict:
         try:

@@ -4,6 +4,12 @@ Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
 run); a later subcommand is one more entry. Each command gets the one
 :class:`~vllm_fork.sources.workspace.Workspace` of its run (pins, series, cache
 layout and fetcher, each loaded once) and passes it down.
+
+The CLI is the top layer (docs/architecture.md): it may import every package.
+A subcommand's ``run`` imports the modules that implement it inside the
+function, so that ``vllm-fork --help`` and every other command do not load
+them; these lazy subcommand imports are the only function-level imports of the
+tool's own modules (tests/test_layers.py checks the rest of the package).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -332,8 +339,6 @@ def _gpu_bundle_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
-    import tempfile
-
     from vllm_fork.testing.gpubundle import bundle_size, write_bundle
     from vllm_fork.tree.materialize import materialize
 

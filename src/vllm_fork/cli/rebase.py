@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_fork.errors import UsageError
+from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 
@@ -151,7 +151,6 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
 
 def _issue_states(config: Workspace, versions: list[str], log) -> dict:
     """Per release, the known-issue states with its own series (or why not)."""
-    from vllm_fork.errors import ForkError, SeriesError
     from vllm_fork.reports.status import base_issue_states
 
     out: dict = {}

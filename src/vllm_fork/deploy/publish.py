@@ -50,6 +50,7 @@ class Published:
 
 def twine_settings(repository: str, config_file: str | None = None):  # -> twine Settings
     """twine's settings for ``repository`` (a ~/.pypirc name or an upload URL)."""
+    # lazy: importing twine takes about half a second, and only publishing uses it
     from twine.settings import Settings
 
     parser = argparse.ArgumentParser(add_help=False)
@@ -119,6 +120,7 @@ def publish(
     public_key: Path | None = None,
     config_file: str | None = None,
 ) -> list[Published]:
+    # lazy: importing twine takes about half a second, and only publishing uses it
     from twine.exceptions import TwineException
     from twine.package import PackageFile
 

@@ -41,8 +41,8 @@ from vllm_fork.deploy import release_files
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
 from vllm_fork.probes import DirTree, GitTree
+from vllm_fork.probes.issues import known_issue_states
 from vllm_fork.release.treevenv import ensure_tree_venv
-from vllm_fork.reports.status import known_issue_states
 from vllm_fork.series.patches import SERIES_FILE
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.sources.upstream import tag_for
