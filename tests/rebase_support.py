@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.cache import CacheLayout
 from vllm_fork.config import Config
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.upstream import import_sdist, init_repo
@@ -213,7 +214,7 @@ def make_fork(
     dist = tmp / "sdists"
     dist.mkdir()
     bases = {}
-    repo = cache / "upstream.git"
+    repo = CacheLayout(cache).upstream_git
     init_repo(repo)
     for version, files in releases.items():
         sdist = dist / f"vllm-{version}.tar.gz"

@@ -207,7 +207,7 @@ def test_materialize_leaves_out_only_in_internal_trees(fork_repo: ForkRepo, tmp_
     make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
     with pytest.raises(UsageError, match="only the tool's own build trees"):
         materialize(fork_repo.config, None, tmp_path / "user", exclude=[FULL_PATCH])
-    work = fork_repo.config.cache_dir / "work" / "t"
+    work = fork_repo.config.cache.work / "t"
     result = materialize(fork_repo.config, None, work, internal=True, exclude=[FULL_PATCH])
     assert result.applied == 1
     assert not (work / "csrc/fast.cu").exists()

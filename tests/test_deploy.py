@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vllm_fork.cli.main import main
-from vllm_fork.deploy import file_sha256, sidecar, verify_release, write_release_files
+from vllm_fork.deploy import sidecar, verify_release, write_release_files
 from vllm_fork.deploy.attestation import SUFFIX as PROV
 from vllm_fork.deploy.attestation import series_digest
 from vllm_fork.deploy.notes import SUFFIX as NOTES
@@ -19,6 +19,7 @@ from vllm_fork.deploy.notes import make_notes
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.deploy.sbom import validate
 from vllm_fork.facts import registry
+from vllm_fork.hashing import sha256_file
 from vllm_fork.probes import Finding
 
 from .buildutil import make_series, pin_upstream_wheel, python_patch
@@ -70,7 +71,7 @@ def test_sbom_content_is_valid_cyclonedx(series_repo: ForkRepo, tmp_path: Path) 
     record = record_for(series_repo)
     comp = doc["metadata"]["component"]
     assert comp["version"] == record["version"]
-    assert comp["hashes"] == [{"alg": "SHA-256", "content": file_sha256(wheel)}]
+    assert comp["hashes"] == [{"alg": "SHA-256", "content": sha256_file(wheel)}]
     props = {p["name"]: p["value"] for p in comp["properties"]}
     assert props["vllm-fork:build-mode"] == "precompiled"
     assert props["vllm-fork:build-env:torch"] == "2.11.0"
@@ -138,7 +139,7 @@ def test_verify_rejects_tampered_provenance_subject(
     wheel = released(series_repo, tmp_path / "d")
     path = sidecar(wheel, PROV)
     statement = json.loads(path.read_text())
-    assert statement["subject"] == [{"name": wheel.name, "digest": {"sha256": file_sha256(wheel)}}]
+    assert statement["subject"] == [{"name": wheel.name, "digest": {"sha256": sha256_file(wheel)}}]
     deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
     series = next(d for d in deps if d["name"].startswith("series/"))
     assert series["digest"]["sha256"] == series_digest(record_for(series_repo)["series"]["patches"])

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "vllm_fork"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -113,3 +118,15 @@ def test_the_function_level_check_sees_a_planted_import(tmp_path: Path) -> None:
         "def f():\n    from vllm_fork.git import run_git\n    return run_git\n"
     )
     assert function_level_imports(planted) == [(5, "vllm_fork.git")]
+
+
+def test_every_module_of_the_package_is_in_a_layer() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    named = {m.strip() for layer in layers["layers"] for m in layer.split("|")}
+    present = {
+        f"vllm_fork.{p.stem if p.is_file() else p.name}"
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    assert present == named, f"not in a layer: {present - named}; gone: {named - present}"

@@ -218,8 +218,8 @@ def test_a_made_up_sixth_change_needs_only_a_registry_entry(
 
 
 def fork_tree(fork, version: str):
+    from vllm_fork.facts.names import tag_for
     from vllm_fork.probes import GitTree
-    from vllm_fork.sources.upstream import tag_for
 
     return GitTree(fork.config.upstream_repo, tag_for(version))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.facts.names import tag_for
 from vllm_fork.probes import GitTree
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.workspace import load_config
@@ -53,7 +54,7 @@ def test_materialize_default_base(
     )
     assert status.stdout == ""
     log = subprocess.run(
-        ["git", "log", "--format=%an", f"upstream/{result.version}..HEAD"],
+        ["git", "log", "--format=%an", f"{tag_for(result.version)}..HEAD"],
         cwd=target,
         capture_output=True,
         text=True,

@@ -42,10 +42,10 @@ from vllm_fork.build.provenance import (
 )
 from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
 from vllm_fork.errors import ForkError
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import run_git
 from vllm_fork.sources.pins import Base, FilePin
 from vllm_fork.sources.rocm import ensure_rocm_wheel
-from vllm_fork.sources.upstream import tag_for
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import series_commits
 from vllm_fork.tree.materialize import BRANCH, materialize

@@ -45,6 +45,7 @@ from vllm_fork.build.provenance import PACKAGE_PATH, make_record, write_into_tre
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.git import git_out, run_git
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
 from vllm_fork.probes import DirTree, Finding, probe_all
 from vllm_fork.probes.issues import built_issue_states
@@ -52,7 +53,6 @@ from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.series.forkversion import fork_version, series_revision
 from vllm_fork.series.patches import Series
 from vllm_fork.series.precompiled import left_out_of, precompiled_conflicts, refusal_message
-from vllm_fork.sources.fetch import sha256_file
 from vllm_fork.sources.pins import Base, FilePin, RocmPin
 from vllm_fork.sources.rocm import ensure_rocm_wheel
 from vllm_fork.sources.workspace import Workspace

@@ -10,7 +10,6 @@ into it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from vllm_fork.build.inside import script
 from vllm_fork.cache import BUILD_ENV_READY as READY
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock
 
 if sys.version_info >= (3, 11):
@@ -116,7 +116,7 @@ def requirement_lines(path: Path) -> Iterator[Requirement]:
 
 
 def env_key(requirements: Path, python_version: str) -> str:
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
+    digest = sha256_file(requirements)[:12]
     return f"py{python_version}-{requirements.stem}-{digest}"
 
 

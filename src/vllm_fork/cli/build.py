@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.errors import UnsupportedBaseError, UsageError
+from vllm_fork.errors import ExitCode, UnsupportedBaseError, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
     if args.dry_run:
         text = dry_run(config, req)
         print(json.dumps({"dry_run": text}, indent=2) if args.json else text)
-        return 0
+        return ExitCode.OK
     if args.signing_key is not None:  # a bad key fails now, not after the build
         load_private_key(args.signing_key)
     result = build(config, req)
@@ -165,14 +165,14 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
             f"(vLLM's build step {result.build_seconds:.0f} s)"
         )
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
-        return 0
+        return ExitCode.OK
     size = result.wheel.stat().st_size / 2**20
     print(f"{result.wheel} ({size:.0f} MiB)")
     print(
         f"vllm {result.version}: built in {result.seconds:.0f} s "
         f"(vLLM's build step {result.build_seconds:.0f} s)"
     )
-    return 0
+    return ExitCode.OK
 
 
 # --- verify ------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def verify_run(args: argparse.Namespace, config: Workspace) -> int:
         require_release_files=args.require_release_files,
     )
     print(report.format())
-    return 0 if report.passed else 1
+    return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
 # --- audit -------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def audit_run(args: argparse.Namespace, config: Workspace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(report.format())
-    return 0 if report.passed else 1
+    return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
 # --- smoke -------------------------------------------------------------------------
@@ -272,4 +272,4 @@ def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
         import_vllm=not args.no_import,
     )
     print(format_result(args.wheel, result))
-    return 0 if not result.failures else 1
+    return ExitCode.OK if not result.failures else ExitCode.FAILED

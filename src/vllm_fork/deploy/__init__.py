@@ -8,7 +8,6 @@ two against the wheel and the pins; ``publish`` requires both.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from vllm_fork.build.verify import Report, verify_wheel
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.deploy import attestation, notes, sbom
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.probes import base_findings
 from vllm_fork.series.forkversion import check_fork_version
 from vllm_fork.sources.workspace import Workspace
@@ -36,14 +36,6 @@ PUBLIC_KEY_ENV = "VLLM_FORK_PUBLIC_KEY"
 
 def sidecar(wheel: Path, suffix: str) -> Path:
     return wheel.with_name(wheel.name + suffix)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -84,7 +76,7 @@ def write_release_files(
     known_issues: dict[str, dict[str, Any]] | None = None,
 ) -> ReleaseFiles:
     """Write the SBOM, the provenance statement and the release notes beside ``wheel``."""
-    digest = file_sha256(wheel)
+    digest = sha256_file(wheel)
     key_path = signing_key or (
         Path(os.environ[SIGNING_KEY_ENV]) if os.environ.get(SIGNING_KEY_ENV) else None
     )
@@ -144,7 +136,7 @@ def check_release_files(
     ok: list[str] = []
     bad: list[str] = []
     wheel = Path(wheel)
-    digest = file_sha256(wheel)
+    digest = sha256_file(wheel)
     key_path = public_key or (
         Path(os.environ[PUBLIC_KEY_ENV]) if os.environ.get(PUBLIC_KEY_ENV) else None
     )

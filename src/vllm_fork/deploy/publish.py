@@ -31,8 +31,9 @@ from pypi_simple import NoSuchProjectError, PyPISimple
 from vllm_fork.build.provenance import from_wheel
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import Config
-from vllm_fork.deploy import file_sha256, verify_release
+from vllm_fork.deploy import verify_release
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.series.forkversion import check_fork_version
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ def publish(
                     + "); run `vllm-fork verify` on it"
                 )
         for wheel in wheels:
-            digest = file_sha256(wheel)
+            digest = sha256_file(wheel)
             try:
                 present = index_files(repo.session, index, "vllm")
             except requests.HTTPError as exc:

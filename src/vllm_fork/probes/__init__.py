@@ -20,7 +20,8 @@ from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.finding import ABSENT, NA, PRESENT, UNPROBED, Finding
-from vllm_fork.sources.upstream import imported_sha256, tag_for
+from vllm_fork.facts.names import tag_for
+from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sourcetree import DirTree, GitTree, SourceTree
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from vllm_fork.errors import SeriesError
 from vllm_fork.facts.known_issues import FIXES_TRAILER, IssueState, decide_all, fixing_patches
+from vllm_fork.facts.names import tag_for
 from vllm_fork.series.patches import Series
-from vllm_fork.sources.upstream import imported_sha256, tag_for
+from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.sourcetree import GitTree, SourceTree
 

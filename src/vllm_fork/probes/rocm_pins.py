@@ -20,8 +20,9 @@ from typing import Protocol
 from dockerfile_parse import DockerfileParser
 
 from vllm_fork.config import Config
+from vllm_fork.facts.names import tag_for
 from vllm_fork.probes.pyast import parse
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.sourcetree import GitTree, SourceTree
 

@@ -68,6 +68,7 @@ from vllm_fork.errors import (
     WorkTreeError,
 )
 from vllm_fork.facts.lifecycle import retirement
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.probes import GitTree, probe_all
 from vllm_fork.rebase.conflicts import (
@@ -98,7 +99,7 @@ from vllm_fork.rebase.state import (
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
 from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
 from vllm_fork.sources.pins import check_version
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace, recorded_workspace
 from vllm_fork.tree.commits import read_commits, series_commits
 from vllm_fork.tree.export import export

@@ -15,7 +15,6 @@ reason; the other bases go on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -40,12 +39,13 @@ from vllm_fork.config import KNOWN_ISSUES_FILE, Config
 from vllm_fork.deploy import release_files
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
+from vllm_fork.facts.names import tag_for
+from vllm_fork.hashing import sha256_bytes, sha256_file
 from vllm_fork.probes import DirTree, GitTree
 from vllm_fork.probes.issues import known_issue_states
 from vllm_fork.release.treevenv import ensure_tree_venv
-from vllm_fork.series.patches import SERIES_FILE
+from vllm_fork.series.patches import SERIES_FILE, series_digest
 from vllm_fork.sources.pins import Pins, load_pins
-from vllm_fork.sources.upstream import tag_for
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.testing.gpuresults import last_gpu_run
 from vllm_fork.tree.commits import series_commits
@@ -102,14 +102,11 @@ def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> li
 
 
 def _series_digest(config: Config, version: str) -> str | None:
+    """The base's :func:`~vllm_fork.series.patches.series_digest` (None: no series)."""
     directory = config.series_dir(version)
     if not (directory / SERIES_FILE).is_file():
         return None
-    digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            digest.update(f"{path.relative_to(directory)}\0".encode() + path.read_bytes())
-    return digest.hexdigest()
+    return series_digest(directory)
 
 
 def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:
@@ -129,13 +126,13 @@ def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) ->
 
 def _file_digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except FileNotFoundError:
         return None
 
 
 def inputs_digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
 
 @dataclass
@@ -668,7 +665,7 @@ def ci_base(config: Config, commit: str) -> str | None:
     try:
         number = int(commit, 16)
     except ValueError:
-        number = int(hashlib.sha256(commit.encode()).hexdigest(), 16)
+        number = int(sha256_bytes(commit.encode()), 16)
     return others[number % len(others)]
 
 

@@ -10,7 +10,6 @@ different set costs one incremental ``pip install``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import subprocess
@@ -24,6 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from vllm_fork.build.env import torch_spec
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_bytes
 from vllm_fork.lock import dir_lock
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _wanted(tree: Path, spec: str) -> str:
     if not reqs.is_file():
         raise TreeVenvError(f"{tree} has no requirements/common.txt (is it a vLLM tree?)")
     text = reqs.read_bytes() + f"\0torch={spec}\0{' '.join(TEST_TOOLS)}".encode()
-    return hashlib.sha256(text).hexdigest()
+    return sha256_bytes(text)
 
 
 def _pip(python: Path, *args: str) -> None:

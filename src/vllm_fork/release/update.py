@@ -28,7 +28,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork.config import Config
-from vllm_fork.errors import ForkError, OfflineError
+from vllm_fork.errors import ExitCode, ForkError, OfflineError
 from vllm_fork.rebase.engine import RebaseConflict, start_rebase
 from vllm_fork.rebase.replay import git_dir as find_git_dir
 from vllm_fork.rebase.state import CONFLICT, load_state
@@ -90,7 +90,11 @@ class UpdateReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.status in (UP_TO_DATE, DONE) and not self.problems else 1
+        return (
+            ExitCode.OK
+            if self.status in (UP_TO_DATE, DONE) and not self.problems
+            else ExitCode.FAILED
+        )
 
     def default_report_path(self, config: Config, suffix: str) -> Path:
         name = f"update-{self.onto_version}" if self.onto_version else "update"

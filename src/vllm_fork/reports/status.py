@@ -7,7 +7,6 @@ temporary index of the cached repository, each patch is applied with
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,8 +29,10 @@ from vllm_fork.facts.known_issues import (
     IssueState,
 )
 from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
+from vllm_fork.facts.names import tag_for
 from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
 from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
 from vllm_fork.probes.issues import known_issue_states, series_fixes
 from vllm_fork.probes.rocm_pins import aiter_pin
@@ -39,7 +40,7 @@ from vllm_fork.reports.matrix import code_hash
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, Pins
-from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
+from vllm_fork.sources.upstream import ensure_upstream, imported_sha256
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import series_commits, tree_base
 
@@ -207,7 +208,7 @@ def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
 def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[str, Finding]:
     """The probes' findings on pristine upstream ``base``, cached in ``<cache>/probes``
     keyed by the sdist and the probe code (a release's sources never change)."""
-    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()
+    key = sha256_bytes(f"{base.sdist.sha256}\0{code_hash()}".encode())
     path = config.cache.probe_findings(base.version, key)
     if path.is_file():
         try:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_fork.config import find_root
-from vllm_fork.errors import ForkError
+from vllm_fork.errors import ExitCode, ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import ref_url
 from vllm_fork.facts.state import (
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = stale(root)
         for document in bad:
             print(f"{document}: change tables differ from the registry", file=sys.stderr)
-        return 1 if bad else 0
+        return ExitCode.FAILED if bad else ExitCode.OK
     if args.write:
         for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
             path = root / document
@@ -308,10 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if new != text:
                 path.write_text(new, encoding="utf-8")
                 log.info(f"rewrote the change tables of {document}")
-        return 0
+        return ExitCode.OK
     for name, (document, make) in TABLES.items():
         print(f"{document} ({name}):\n{make(root)}\n")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

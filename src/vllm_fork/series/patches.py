@@ -8,17 +8,18 @@ commit message, read with ``git interpret-trailers --parse``.
 from __future__ import annotations
 
 import email
-import hashlib
 import email.policy
-from collections.abc import Collection
+import hashlib
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.errors import SeriesError, UnknownChangeError
+from vllm_fork.facts import registry
 from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
-from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
-from vllm_fork.facts import registry
+from vllm_fork.series.forkversion import REVISION_FILE
 
 SERIES_FILE = "series"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
@@ -252,14 +253,8 @@ class Series:
         return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
 
     def digest(self) -> str:
-        """sha256 over the series file and the patches in order (names and bytes)."""
-        digest = hashlib.sha256()
-        for name in ("", *[p.name for p in self.patches]):
-            path = self.directory / (name or SERIES_FILE)
-            data = path.read_bytes() if path.is_file() else b""
-            digest.update(f"{name}\0{len(data)}\0".encode())
-            digest.update(data)
-        return digest.hexdigest()
+        """The series' :func:`series_digest`."""
+        return series_digest(self.directory, [p.name for p in self.patches])
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:
@@ -283,3 +278,22 @@ def load_series(series_dir: Path, *, validate: bool = True) -> Series:
             f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
         )
     return Series(series_dir, tuple(patches), tuple(headers))
+
+
+def series_digest(series_dir: Path, names: Sequence[str] | None = None) -> str:
+    """The one digest of a series: sha256 over its series file, its patches in
+    series order (``names``, default: as the series file lists them) and its
+    revision file, each as name, length and bytes. A series file that cannot be
+    read as a list of patches still has a digest: of its own bytes."""
+    if names is None:
+        try:
+            names = read_series_file(series_dir)
+        except SeriesError:
+            names = []
+    digest = hashlib.sha256()
+    for name in (SERIES_FILE, *names, REVISION_FILE):
+        path = series_dir / name
+        data = path.read_bytes() if path.is_file() else b""
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()

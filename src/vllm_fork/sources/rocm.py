@@ -37,8 +37,9 @@ from packaging.version import Version
 
 from vllm_fork.config import Config
 from vllm_fork.errors import HashMismatchError, NotOnIndexError, UsageError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempfile
-from vllm_fork.sources.fetch import PROJECT, Fetcher, Index, _redact, sha256_file
+from vllm_fork.sources.fetch import PROJECT, Fetcher, Index, _redact
 from vllm_fork.sources.pins import (
     Pins,
     RocmPin,
