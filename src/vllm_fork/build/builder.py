@@ -484,6 +484,7 @@ def build(
         )
         t0 = time.monotonic()
         faults.point("build.backend")
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
         name = runner(plan, work / "build.log")
         build_seconds = time.monotonic() - t0
         built = dist / name
