@@ -43,7 +43,7 @@ from vllm_fork.facts.names import tag_for
 from vllm_fork.hashing import sha256_bytes, sha256_file
 from vllm_fork.probes import DirTree, GitTree
 from vllm_fork.probes.issues import known_issue_states
-from vllm_fork.release.treevenv import ensure_tree_venv
+from vllm_fork.release import treevenv
 from vllm_fork.series.patches import SERIES_FILE, series_digest
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
@@ -303,7 +303,7 @@ def _need_tree(ctx: Context) -> Path:
 
 
 def _tree_python(ctx: Context, tree: Path) -> str:
-    return str(ensure_tree_venv(ctx.config, tree, ctx.torch))
+    return str(treevenv.ensure_tree_venv(ctx.config, tree, ctx.torch))
 
 
 def pytest_args(tree: Path) -> list[str]:

@@ -32,9 +32,9 @@ from vllm_fork.errors import ExitCode, ForkError, OfflineError
 from vllm_fork.rebase.engine import RebaseConflict, start_rebase
 from vllm_fork.rebase.replay import git_dir as find_git_dir
 from vllm_fork.rebase.state import CONFLICT, load_state
-from vllm_fork.release import check
+from vllm_fork.release import check, treevenv
 from vllm_fork.release.check import has_series
-from vllm_fork.release.treevenv import TreeVenvError, ensure_tree_venv
+from vllm_fork.release.treevenv import TreeVenvError
 from vllm_fork.sources.fetch import PROJECT, Fetcher
 from vllm_fork.sources.pinner import pin_versions
 from vllm_fork.sources.pins import Pins, load_pins
@@ -249,7 +249,7 @@ def progress(line: str) -> None:
 
 def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
     try:
-        python = str(ensure_tree_venv(config, tree, torch))
+        python = str(treevenv.ensure_tree_venv(config, tree, torch))
     except TreeVenvError as exc:  # the next update tries again
         report.problems.append(f"{VENV_PROBLEM} {exc}")
         return
