@@ -45,10 +45,10 @@ MERGE_CONFIG = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=false"
 _IDENTITY = {
     "GIT_AUTHOR_NAME": FORK_NAME,
     "GIT_AUTHOR_EMAIL": FORK_EMAIL,
-    "GIT_AUTHOR_DATE": "0 +0000",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
     "GIT_COMMITTER_NAME": FORK_NAME,
     "GIT_COMMITTER_EMAIL": FORK_EMAIL,
-    "GIT_COMMITTER_DATE": "0 +0000",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
 }
 
 
