@@ -147,8 +147,8 @@ def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Pa
     finished since (its report still says it needs a maintainer)."""
     import json
 
-    from vllm_fork.rebase.replay import git_dir as find_git_dir
     from vllm_fork.rebase.state import load_state
+    from vllm_fork.tree.apply import repo_of as find_git_dir
 
     tree = (work_dir or config.root / "work" / f"update-{version}").absolute()
     report = config.root / "work" / f"update-{version}-report.json"
@@ -186,8 +186,8 @@ def update(
     config: Config, *, work_dir: Path | None = None, torch: str | None = None
 ) -> UpdateReport:
     from vllm_fork.rebase.engine import RebaseConflict, start_rebase
-    from vllm_fork.rebase.replay import git_dir as find_git_dir
     from vllm_fork.rebase.state import load_state
+    from vllm_fork.tree.apply import repo_of as find_git_dir
 
     if config.offline:
         raise OfflineError("update reads the package index for new releases; it cannot run offline")

@@ -11,7 +11,7 @@ module, so that the answer means the same everywhere:
   --write-tree`` of two synthetic commits that share a parent whose tree is
   ``parent`` (merge-ort, rename detection on, directory rename detection
   off: a file the patch adds stays where the patch puts it). This is the
-  merge a rebase (rebase/replay.py) and ``git am -3`` make.
+  merge ``vllm-fork rebase`` has ``git rebase`` make (rebase/engine.py).
 
 git 2.39 is enough (``merge-tree --write-tree`` without ``--merge-base``).
 Objects go to a private object directory over the repository when asked
@@ -38,7 +38,7 @@ MERGED = "3-way merge"
 EMPTY = "empty"
 CONFLICT = "conflict"
 
-# The merge rules of every 3-way apply (the same as rebase/replay.py's cherry-pick).
+# The merge rules of every 3-way apply (rebase/engine.py gives them to git rebase).
 MERGE_CONFIG = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=false")
 # Synthetic commits only carry trees; a fixed identity and date keep them
 # independent of the user's git configuration.
@@ -211,13 +211,13 @@ class Applier:
         messages = tuple(ln for ln in rest if ln)
         if proc.returncode == 1:
             return Applied(CONFLICT, onto, tuple(conflicts), messages)
-        return Applied(MERGED, tree, (), messages, self._moved(parent, patched, onto, tree))
+        return Applied(MERGED, tree, (), messages, self.moved(parent, patched, onto, tree))
 
     def _changed(self, old: str, new: str) -> set[str]:
         out = self.out("diff-tree", "-r", "--no-renames", "--name-only", "-z", old, new)
         return {p for p in out.split("\0") if p}
 
-    def _moved(
+    def moved(
         self, parent: str, patched: str, onto: str, tree: str
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Files the patch changed that the result changed elsewhere: a followed move."""
