@@ -2,7 +2,8 @@
 
 ``git rebase`` does the replay; this module plans it and wraps it:
 
-1. checks: a clean work tree of V1 on a branch, V2 pinned, no series/V2 yet;
+1. checks (rebase/checks.py): a clean work tree of V1 on a branch, V2
+   pinned, no series/V2 yet;
    the pre-rebase HEAD is kept in ``refs/vllm-fork/pre-rebase/<V1>`` and
    every ref the rebase may move is recorded (``.git/vllm-fork-rebase.json``,
    rebase/state.py) before anything changes;
@@ -18,15 +19,15 @@
    commit just made is recorded: its committer becomes the fork's identity
    with committer date = author date (author, message and trailers are
    git's copy of the original), so that replaying the same series onto the
-   same base gives the same commit ids. A conflict stops git and the
-   command, with a report (rebase/report.py);
+   same base gives the same commit ids (rebase/report.py says how each pick
+   went). A conflict stops git and the command, with a report;
 5. finish: git moved the branch; the tree records base V2, series/<V2>/ is
    exported, and the review (rebase/review.py) says what became of each
    patch, the absorbed ones with their evidence. The series files hold the
    order only: nothing is written back into the older base's series.
 
 ``--continue`` / ``--skip`` are ``git rebase --continue`` / ``--skip`` after
-the checks and records of this module; ``--abort`` is ``git rebase --quit``
+the checks of a resolution and the records of this module; ``--abort`` is ``git rebase --quit``
 and then every recorded ref, HEAD, the recorded base and series/<V2>/ put
 back exactly as they were. After a crash, ``--continue`` goes on from what
 git's own sequencer state and the state file say.
@@ -34,7 +35,6 @@ git's own sequencer state and the state file say.
 
 from __future__ import annotations
 
-import re
 import shlex
 import shutil
 from collections.abc import Callable
@@ -48,15 +48,13 @@ from vllm_fork.errors import (
     ForkError,
     GitError,
     RebaseRefusedError,
-    UnknownVersionError,
-    UsageError,
     WorkTreeError,
 )
-from vllm_fork.facts.lifecycle import retirement
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, ref_exists, run_git
 from vllm_fork.probes import GitTree, probe_all
-from vllm_fork.rebase.conflicts import describe_conflicts, note_added_by_dropped, unmerged_stages
-from vllm_fork.rebase.report import _arg, conflict_report, old_series_names
+from vllm_fork.rebase.checks import check_resolution, check_start, check_tree, status_lines
+from vllm_fork.rebase.conflicts import unmerged_stages
+from vllm_fork.rebase.report import conflict_report, describe_stop, old_series_names, pick_detail
 from vllm_fork.rebase.review import review_rebase
 from vllm_fork.rebase.state import (
     ABSORBED,
@@ -72,12 +70,10 @@ from vllm_fork.rebase.state import (
     load_state,
     save_state,
 )
-from vllm_fork.series.patches import SERIES_FILE
-from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.sources.workspace import Workspace
-from vllm_fork.tree.apply import MERGE_CONFIG, ApplyError, applier, repo_of
-from vllm_fork.tree.commits import read_commits, series_commits
+from vllm_fork.tree.apply import MERGE_CONFIG, repo_of
+from vllm_fork.tree.commits import series_commits
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import BASE_KEY, materialize, tree_repository
 from vllm_fork.tree.stacking import import_ref, stack_upstream
@@ -85,16 +81,7 @@ from vllm_fork.tree.stacking import import_ref, stack_upstream
 __all__ = ["RebaseConflict", "abort_rebase", "continue_rebase", "conflict_report", "start_rebase"]
 
 BACKUP_PREFIX = "refs/vllm-fork/pre-rebase/"
-IN_PROGRESS = (
-    "CHERRY_PICK_HEAD",
-    "MERGE_HEAD",
-    "REVERT_HEAD",
-    "rebase-apply",
-    "rebase-merge",
-    "BISECT_LOG",
-)
 TODO_FILE = "vllm-fork-rebase-todo"
-_MARKER = re.compile(rb"^(<<<<<<<|>>>>>>>)( |$)", re.MULTILINE)
 _GIT_CONFIG = ("-c", "merge.conflictStyle=diff3", *MERGE_CONFIG)
 
 Log = Callable[[str], None]
@@ -123,16 +110,6 @@ def _rev(tree: Path, rev: str) -> str | None:
 
 def _head(tree: Path) -> str:
     return git_out(["rev-parse", "HEAD"], cwd=tree)
-
-
-def _status(tree: Path) -> list[str]:
-    out = git_out(["status", "--porcelain"], cwd=tree, env=git_env(isolated=True))
-    return out.splitlines()
-
-
-def _shown(lines: list[str], limit: int = 10) -> str:
-    more = f"\n  ... and {len(lines) - limit} more" if len(lines) > limit else ""
-    return "\n  ".join(lines[:limit]) + more
 
 
 def work_env(**extra: str) -> dict[str, str]:
@@ -181,58 +158,13 @@ def start_rebase(
     tree = tree.absolute()
     if tree.is_dir() and (tree / ".git").exists():
         config = recorded_workspace(config, tree_repository(tree), f"the work tree {tree}")
-    check_version(from_version)
-    check_version(onto_version)
-    if from_version == onto_version:
-        raise UsageError(f"--from and --onto are both {from_version}")
-    try:
-        config.base(onto_version)
-    except UnknownVersionError as exc:
-        raise UnknownVersionError(f"{exc}; run `vllm-fork pin {onto_version}` first") from None
     new_series = config.series_dir(onto_version)
-    if not force_series and (
-        (new_series / SERIES_FILE).exists() or any(new_series.glob("*.patch"))
-    ):
-        raise RebaseRefusedError(
-            f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
-            "to replace it)"
-        )
+    check_start(config, from_version, onto_version, new_series, force_series)
     if not tree.exists() or (tree.is_dir() and not any(tree.iterdir())):
         log(f"materializing {from_version} into {tree}")
         materialize(config, from_version, tree)
     git_dir = _open_tree(tree)
-    existing = load_state(git_dir)
-    if existing is not None:
-        raise RebaseRefusedError(
-            f"a rebase from {existing.from_version} onto {existing.onto_version} is in "
-            f"progress in {tree}; run `vllm-fork rebase --continue {_arg(tree)}` or "
-            f"`vllm-fork rebase --abort {_arg(tree)}`"
-        )
-    proc = run_git(["config", "--get", BASE_KEY], cwd=tree, check=False)
-    base = proc.stdout.decode().strip() or None if proc.returncode == 0 else None
-    if base != from_version:
-        if base is None:
-            raise RebaseRefusedError(
-                f"{tree} is not a work tree made by `vllm-fork materialize` (it records no "
-                "base); give the work tree as DIR (`vllm-fork rebase --from V1 --onto V2 "
-                "DIR`), or a new directory to materialize V1 into"
-            )
-        raise RebaseRefusedError(f"{tree} is a work tree of {base}, not {from_version}")
-    busy = [name for name in IN_PROGRESS if (git_dir / name).exists()]
-    if busy:
-        raise RebaseRefusedError(
-            f"{tree} is in the middle of a git operation ({', '.join(busy)}); finish it first"
-        )
-    dirty = _status(tree)
-    if dirty:
-        raise RebaseRefusedError(
-            f"{tree} has uncommitted changes or untracked files; commit, stash or remove "
-            f"them before rebasing (nothing was changed):\n  {_shown(dirty)}"
-        )
-    proc = run_git(["symbolic-ref", "-q", "HEAD"], cwd=tree, check=False)
-    branch = proc.stdout.decode().strip() if proc.returncode == 0 else ""
-    if not branch.startswith("refs/heads/"):
-        raise RebaseRefusedError(f"HEAD of {tree} is detached; check out the series branch")
+    branch = check_tree(tree, git_dir, from_version)
     picks = [
         Pick(commit=c.sha, subject=c.subject, change=c.change, part=c.part)
         for c in series_commits(tree, tag_for(from_version))
@@ -361,22 +293,6 @@ def _normalize(tree: Path, base: str) -> str:
     return parent
 
 
-def _how(tree: Path, commit: str, parent: str, new: str) -> str:
-    """How a pick went: "clean" when the patch applies exactly, else "3-way merge";
-    with the files it followed where upstream moved them."""
-    diff = run_git(["diff-tree", "-p", "--binary", "--full-index", f"{commit}^", commit], tree)
-    with applier(repo_of(tree), private=True) as work:
-        try:
-            work.exact(f"{parent}^{{tree}}", diff.stdout)
-            detail = "clean"
-        except ApplyError:
-            detail = "3-way merge"
-        gone, came = work.moved(f"{commit}^", commit, parent, new)
-    if gone and came:
-        detail += f", followed moved file(s): {', '.join(gone)} -> {', '.join(came)}"
-    return detail
-
-
 def _record(tree: Path, git_dir: Path, state: RebaseState, upto: int, log: Log) -> None:
     """Record every patch up to #``upto`` that git has gone past."""
     while state.next <= upto:
@@ -387,7 +303,7 @@ def _record(tree: Path, git_dir: Path, state: RebaseState, upto: int, log: Log) 
                 current.detail = "the 3-way merge left nothing to change"
             else:
                 new = _normalize(tree, state.expect_head)
-                how = current.detail or _how(tree, current.commit, state.expect_head, new)
+                how = current.detail or pick_detail(tree, current.commit, state.expect_head, new)
                 current.result, current.detail, current.new_commit = APPLIED, how, new
             state.expect_head = _head(tree)
         log(
@@ -402,20 +318,8 @@ def _record(tree: Path, git_dir: Path, state: RebaseState, upto: int, log: Log) 
 def _stop(tree: Path, git_dir: Path, state: RebaseState, at: int, log: Log) -> None:
     """git stopped on a conflict in patch #``at``: record it and report."""
     _record(tree, git_dir, state, at - 1, log)
-    current = state.picks[at]
     findings = probe_upstream(tree, state.upstream_commit)
-    state_, reason, *rest = findings.get(current.change, ("", ""))
-    hit = retirement(
-        current.change, current.part, state_, reason, rest[0] if rest else None, state.onto_version
-    )
-    current.retire = hit.to_json() if hit else None
-    conflicts = describe_conflicts(tree)
-    absorbed = [p for p in state.picks[:at] if p.result == ABSORBED]
-    added: dict[str, str] = {}
-    for p, c in zip(absorbed, read_commits(tree, [p.commit for p in absorbed]), strict=True):
-        for name in c.paths("A"):
-            added.setdefault(name, p.subject)
-    note_added_by_dropped(conflicts, added, f"upstream {state.onto_version}")
+    conflicts = describe_stop(tree, state, at, findings)
     state.phase = CONFLICT
     state.conflict = [c.to_json() for c in conflicts]
     save_state(git_dir, state)
@@ -439,7 +343,7 @@ def _run(
             where = _git_rebase(tree, git_dir, *command)
         elif _rebasing(git_dir):
             where = CONFLICT if unmerged_stages(tree) else "break"
-            if where == "break" and _status(tree):
+            if where == "break" and status_lines(tree):
                 log(f"resetting a pick of #{state.next + 1} that was interrupted")
                 run_git(["reset", "-q", "--hard", "HEAD"], cwd=tree, env=work_env())
                 requeued = _requeue(git_dir)
@@ -514,54 +418,6 @@ def _in_progress(tree: Path) -> tuple[Path, RebaseState]:
     return git_dir, state
 
 
-def _resolve(tree: Path, state: RebaseState) -> None:
-    """Check the user's resolution of the conflicted pick (committed or staged)."""
-    current = state.picks[state.next]
-    unmerged = sorted(unmerged_stages(tree))
-    if unmerged:
-        raise WorkTreeError(
-            "these files still have conflicts; edit them, then `git add` them (or commit):\n  "
-            + _shown(unmerged)
-        )
-    head = _head(tree)
-    if head != state.expect_head:
-        if run_git(
-            ["merge-base", "--is-ancestor", state.expect_head, head], cwd=tree, check=False
-        ).returncode:
-            raise WorkTreeError(
-                f"HEAD {head[:12]} does not descend from the rebase's {state.expect_head[:12]}; "
-                f"reset to it, or `vllm-fork rebase --abort {_arg(tree)}`"
-            )
-        dirty = _status(tree)
-        if dirty:
-            raise WorkTreeError(
-                "you committed part of the resolution; commit or discard the rest:\n  "
-                + _shown(dirty)
-            )
-        count = len(git_out(["rev-list", f"{state.expect_head}..{head}"], cwd=tree).split())
-        current.detail = f"conflict resolved by hand ({count} commit(s))"
-        return
-    unstaged = [line for line in _status(tree) if line[1] != " " or line.startswith("??")]
-    if unstaged:
-        raise WorkTreeError(
-            "stage the resolution (`git add`) or discard the rest; not staged:\n  "
-            + _shown(unstaged)
-        )
-    for conflict in state.conflict:
-        blob = run_git(["show", f":{conflict['path']}"], cwd=tree, check=False)
-        if blob.returncode == 0 and _MARKER.search(blob.stdout):
-            raise WorkTreeError(
-                f"{conflict['path']} still contains conflict markers; fix it and `git add` it"
-            )
-    if not run_git(["diff", "--cached", "--quiet"], cwd=tree, check=False).returncode:
-        raise WorkTreeError(
-            "nothing is staged: the resolution would drop the patch. Stage the resolved "
-            f"files (`git add`), or run `vllm-fork rebase --skip --reason TEXT {_arg(tree)}` "
-            "if upstream already has it"
-        )
-    current.detail = "3-way merge, conflict resolved by hand"
-
-
 def continue_rebase(
     config: Workspace, tree: Path, *, skip: bool = False, reason: str = "", log: Log = print
 ) -> RebaseResult:
@@ -579,7 +435,7 @@ def continue_rebase(
             current.result, current.detail, current.reason = ABSORBED, SKIPPED, reason.strip()
             command = ("--skip",)
         else:
-            _resolve(tree, state)
+            current.detail = check_resolution(tree, state)
             command = ("--continue",)
         state.conflict = []
         state.phase = PICKING

@@ -1,15 +1,25 @@
-"""What a rebase tells the user: the report of a stop on a conflict, and the
-summary table of what became of each patch."""
+"""What a rebase tells the user: how each pick went, the report of a stop on
+a conflict, and the summary table of what became of each patch."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from vllm_fork.errors import ForkError
-from vllm_fork.rebase.conflicts import FileConflict, format_conflicts
+from vllm_fork.facts.lifecycle import retirement
+from vllm_fork.git import run_git
+from vllm_fork.rebase.conflicts import (
+    FileConflict,
+    describe_conflicts,
+    format_conflicts,
+    note_added_by_dropped,
+)
 from vllm_fork.rebase.state import ABSORBED, SKIPPED, RebaseState
 from vllm_fork.series.patches import parse_patch, read_series_file
+from vllm_fork.tree.apply import ApplyError, applier, repo_of
+from vllm_fork.tree.commits import read_commits
 
 
 def _arg(tree: Path | None) -> str:
@@ -32,6 +42,43 @@ def _old_series_names(series_dir: Path) -> dict[str, str]:
             except ForkError:
                 continue
     return names
+
+
+def pick_detail(tree: Path, commit: str, parent: str, new: str) -> str:
+    """How a pick went: "clean" when the patch applies exactly, else "3-way merge";
+    with the files it followed where upstream moved them."""
+    diff = run_git(["diff-tree", "-p", "--binary", "--full-index", f"{commit}^", commit], tree)
+    with applier(repo_of(tree), private=True) as work:
+        try:
+            work.exact(f"{parent}^{{tree}}", diff.stdout)
+            detail = "clean"
+        except ApplyError:
+            detail = "3-way merge"
+        gone, came = work.moved(f"{commit}^", commit, parent, new)
+    if gone and came:
+        detail += f", followed moved file(s): {', '.join(gone)} -> {', '.join(came)}"
+    return detail
+
+
+def describe_stop(
+    tree: Path, state: RebaseState, at: int, findings: dict[str, tuple[Any, ...]]
+) -> list[FileConflict]:
+    """The conflicts git stopped on in patch #``at``; the patch gets the lifecycle
+    evidence (``findings``: the probes on upstream V2) when upstream has what it brings."""
+    current = state.picks[at]
+    found, reason, *rest = findings.get(current.change, ("", ""))
+    hit = retirement(
+        current.change, current.part, found, reason, rest[0] if rest else None, state.onto_version
+    )
+    current.retire = hit.to_json() if hit else None
+    conflicts = describe_conflicts(tree)
+    absorbed = [p for p in state.picks[:at] if p.result == ABSORBED]
+    added: dict[str, str] = {}
+    for p, c in zip(absorbed, read_commits(tree, [p.commit for p in absorbed]), strict=True):
+        for name in c.paths("A"):
+            added.setdefault(name, p.subject)
+    note_added_by_dropped(conflicts, added, f"upstream {state.onto_version}")
+    return conflicts
 
 
 def conflict_report(

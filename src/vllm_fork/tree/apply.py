@@ -52,6 +52,9 @@ _IDENTITY = {
 }
 
 
+_CONTENT = "CONFLICT (content): Merge conflict in "
+
+
 @dataclass(frozen=True)
 class Problem:
     """One file of a patch that ``git apply`` refused, and why."""
@@ -210,6 +213,9 @@ class Applier:
                 rest = rest[1:]
         messages = tuple(ln for ln in rest if ln)
         if proc.returncode == 1:
+            # content conflicts first, as git apply --3way reports them
+            content = {m.removeprefix(_CONTENT) for m in messages if m.startswith(_CONTENT)}
+            conflicts.sort(key=lambda path: path not in content)
             return Applied(CONFLICT, onto, tuple(conflicts), messages)
         return Applied(MERGED, tree, (), messages, self.moved(parent, patched, onto, tree))
 
