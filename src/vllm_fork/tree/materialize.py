@@ -31,7 +31,7 @@ from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.sources.workspace import Workspace
-from vllm_fork.tree.apply import apply_problems, last_line
+from vllm_fork.tree.apply import MERGE_CONFIG, apply_problems, last_line
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +122,13 @@ def explain_failure(tree: Path, patch: Path) -> list[str]:
 
 
 def apply_series(tree: Path, patches: tuple[Path, ...]) -> int:
-    """Apply ``patches`` one ``git am`` each; on failure abort and raise PatchFailedError."""
+    """Apply ``patches`` one ``git am`` each; on failure abort and raise PatchFailedError.
+    A patch that needs ``--3way`` is merged by the rules of tree/apply.py."""
     env = am_env()
+    am = [*MERGE_CONFIG, "am", "--keep", "--3way", "--committer-date-is-author-date", "--quiet"]
     for count, patch in enumerate(patches):
         proc = run_git(
-            ["am", "--keep", "--3way", "--committer-date-is-author-date", "--quiet", patch],
+            [*am, patch],
             cwd=tree,
             env=env,
             check=False,
