@@ -292,6 +292,24 @@ def test_conflict_resolved_with_a_commit(fork: Fork, tmp_path: Path) -> None:
     assert committed == authored
 
 
+def test_git_rebase_continue_run_by_hand(fork: Fork, tmp_path: Path) -> None:
+    # git rebase does the replay: a user who runs `git rebase --continue` after
+    # resolving is where `vllm-fork rebase --continue` would have taken them.
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    git(tree, "-c", "core.editor=true", "rebase", "--continue")
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert [p.result for p in result.state.picks] == ["applied"] * 4 + ["absorbed", "applied"]
+    assert result.state.picks[2].detail == "conflict resolved by hand (1 commit(s))"
+    assert "rope line 10 fork version" in (tree / "vllm/rope.py").read_text()
+    assert len(git(tree, "log", "--format=%H", "upstream/1.1.0..HEAD").split()) == 5
+
+
 def result_commit(tree: Path, fork: Fork) -> str:
     state = json.loads((tree / ".git" / STATE_FILE).read_text())
     return state["picks"][state["next"]]["commit"]

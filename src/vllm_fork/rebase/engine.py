@@ -241,22 +241,25 @@ def _rebasing(git_dir: Path) -> bool:
     return (git_dir / "rebase-merge").is_dir()
 
 
+def _done(git_dir: Path) -> list[str]:
+    """The todo lines git has done (empty when no rebase is in progress)."""
+    done = git_dir / "rebase-merge" / "done"
+    return [ln.strip() for ln in done.read_text().splitlines()] if done.is_file() else []
+
+
 def _last_pick(git_dir: Path, state: RebaseState) -> int:
     """Index of the last patch git picked (-1: none yet)."""
-    done = git_dir / "rebase-merge" / "done"
     shas = [p.commit for p in state.picks]
     last = -1
-    if done.is_file():
-        for line in done.read_text().splitlines():
-            words = line.split()
-            if len(words) > 1 and words[0] in ("pick", "p") and words[1] in shas:
-                last = shas.index(words[1])
+    for words in map(str.split, _done(git_dir)):
+        if len(words) > 1 and words[0] in ("pick", "p") and words[1] in shas:
+            last = shas.index(words[1])
     return last
 
 
 def _requeue(git_dir: Path) -> bool:
     """git was stopped inside a pick (its line is done, the pick is not): do it again."""
-    done = (git_dir / "rebase-merge" / "done").read_text().splitlines()
+    done = _done(git_dir)
     if not done or done[-1].split()[0] not in ("pick", "p"):
         return False
     todo = git_dir / "rebase-merge" / "git-rebase-todo"
@@ -436,7 +439,8 @@ def continue_rebase(
             command = ("--skip",)
         else:
             current.detail = check_resolution(tree, state)
-            command = ("--continue",)
+            # ``git rebase --continue`` run by hand already took it to the pick's break
+            command = () if _done(git_dir)[-1:] == ["break"] else ("--continue",)
         state.conflict = []
         state.phase = PICKING
         save_state(git_dir, state)
