@@ -119,7 +119,7 @@ def test_clean_rebase_applies_follows_rename_and_absorbs(fork: Fork, tmp_path: P
     assert git(tree, "rev-parse", "refs/vllm-fork/pre-rebase/1.0.0") == result.state.orig_head
     assert not (tree / ".git" / STATE_FILE).exists()
 
-    # series/V2: four patches, the absorbed one recorded as a comment.
+    # series/V2: four patches, the order only; the absorbed one is in the review.
     new = load_series(fork.series_dir(V2))
     assert [h.subject for h in new.headers] == [
         OTHER.subject,
@@ -128,23 +128,20 @@ def test_clean_rebase_applies_follows_rename_and_absorbs(fork: Fork, tmp_path: P
         MOE_HARDENING.subject,
     ]
     series_text = (fork.series_dir(V2) / "series").read_text()
-    absorbed_lines = [ln for ln in series_text.splitlines() if ln.startswith("# Applied-Up")]
-    assert len(absorbed_lines) == 1
-    assert "0004-" in absorbed_lines[0] and "moe-bias-precast, change" in absorbed_lines[0]
+    assert "Applied-Upstream" not in series_text
+    review = json.loads((tree / ".git/vllm-fork/review.json").read_text())
+    [absorbed] = [p for p in review["patches"] if p["outcome"] == "absorbed"]
+    assert absorbed["patch"].startswith("0004-") and absorbed["change"] == "moe-bias-precast"
+    assert absorbed["release"] == V2 and absorbed["part"] == "change"
 
-    # The old series: only the absorbed patch changed, by one trailer line.
-    now = series_files(fork.series_dir(V1))
-    changed = [name for name in now if now[name] != old_series[name]]
-    assert len(changed) == 1 and changed[0].startswith("0004-")
-    header = parse_patch(fork.series_dir(V1) / changed[0])
-    assert header.applied_upstream == V2
-    assert len(now[changed[0]].splitlines()) == len(old_series[changed[0]].splitlines()) + 1
+    # The old series is left as it was: nothing is written back into it.
+    assert series_files(fork.series_dir(V1)) == old_series
 
     # The new series materializes on the cached (parentless) upstream V2 ...
     again = tmp_path / "again"
     materialize(fork.config, V2, again)
     assert git(again, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", "HEAD^{tree}")
-    # ... and the old one, with its trailer, still materializes and exports byte-stable.
+    # ... and the old one still materializes and exports byte-stable.
     old = tmp_path / "old"
     materialize(fork.config, V1, old)
     from vllm_fork.tree.export import export
@@ -295,6 +292,24 @@ def test_conflict_resolved_with_a_commit(fork: Fork, tmp_path: Path) -> None:
     assert committed == authored
 
 
+def test_git_rebase_continue_run_by_hand(fork: Fork, tmp_path: Path) -> None:
+    # git rebase does the replay: a user who runs `git rebase --continue` after
+    # resolving is where `vllm-fork rebase --continue` would have taken them.
+    fork.write_series(V1, CONFLICT_SERIES)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    with pytest.raises(RebaseConflict):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    resolve(tree / "vllm/rope.py", KEEP_FORK)
+    git(tree, "add", "vllm/rope.py")
+    git(tree, "-c", "core.editor=true", "rebase", "--continue")
+    result = continue_rebase(fork.config, tree, log=quiet)
+    assert [p.result for p in result.state.picks] == ["applied"] * 4 + ["absorbed", "applied"]
+    assert result.state.picks[2].detail == "conflict resolved by hand (1 commit(s))"
+    assert "rope line 10 fork version" in (tree / "vllm/rope.py").read_text()
+    assert len(git(tree, "log", "--format=%H", "upstream/1.1.0..HEAD").split()) == 5
+
+
 def result_commit(tree: Path, fork: Fork) -> str:
     state = json.loads((tree / ".git" / STATE_FILE).read_text())
     return state["picks"][state["next"]]["commit"]
@@ -379,22 +394,21 @@ def test_crash_during_picks_can_continue(
 
     import vllm_fork.rebase.engine as rebase_mod
 
-    real_pick = rebase_mod.pick
+    real_normalize = rebase_mod._normalize
     calls = {"n": 0}
 
-    def crashing_pick(tree_path: Path, commit: str):
+    def crashing_normalize(tree_path: Path, base: str) -> str:
         calls["n"] += 1
-        outcome = real_pick(tree_path, commit)
-        if calls["n"] == 2:  # the commit is made, the state file not yet updated
+        if calls["n"] == 2:  # git made the commit, the state file does not say so yet
             raise Crash()
-        return outcome
+        return real_normalize(tree_path, base)
 
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
-    monkeypatch.setattr(rebase_mod, "pick", crashing_pick)
+    monkeypatch.setattr(rebase_mod, "_normalize", crashing_normalize)
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, force_series=True, log=quiet)
-    monkeypatch.setattr(rebase_mod, "pick", real_pick)
+    monkeypatch.setattr(rebase_mod, "_normalize", real_normalize)
     state = json.loads((tree / ".git" / STATE_FILE).read_text())
     assert state["phase"] == "picking" and state["next"] == 1
 
@@ -409,19 +423,25 @@ def test_crash_mid_pick_leaves_work_tree_recoverable(
     fork.write_series(V1, CLEAN_SERIES)
     import vllm_fork.rebase.engine as rebase_mod
 
-    real_pick = rebase_mod.pick
+    real_record = rebase_mod._record
 
-    def half_pick(tree_path: Path, commit: str):
-        # The cherry-pick ran, the commit was not made: index and files are dirty.
-        git(tree_path, "cherry-pick", "--no-commit", commit)
+    def half_pick(tree_path: Path, git_dir: Path, *args, **kwargs) -> None:
+        # git was stopped inside the next pick: its line is done, index and files dirty.
+        todo = git_dir / "rebase-merge" / "git-rebase-todo"
+        lines = todo.read_text().splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("pick "))
+        with open(git_dir / "rebase-merge" / "done", "a") as done:
+            done.write(lines[first] + "\n")
+        todo.write_text("\n".join(lines[first + 1 :]) + "\n")
+        git(tree_path, "cherry-pick", "--no-commit", lines[first].split()[1])
         raise Crash()
 
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
-    monkeypatch.setattr(rebase_mod, "pick", half_pick)
+    monkeypatch.setattr(rebase_mod, "_record", half_pick)
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
-    monkeypatch.setattr(rebase_mod, "pick", real_pick)
+    monkeypatch.setattr(rebase_mod, "_record", real_record)
     assert git(tree, "status", "--porcelain") != ""
     result = continue_rebase(fork.config, tree, log=quiet)
     assert [p.result for p in result.state.picks].count("applied") == 4
@@ -463,16 +483,15 @@ def test_crash_while_finishing_then_abort(
     before = snapshot(tree)
     import vllm_fork.rebase.engine as rebase_mod
 
-    real_write = rebase_mod.add_applied_upstream
+    real_export = rebase_mod.export
 
-    def crashing_write(*args, **kwargs):
-        real_write(*args, **kwargs)
+    def crashing_export(*args, **kwargs):
+        real_export(*args, **kwargs)
         raise Crash()
 
-    monkeypatch.setattr(rebase_mod, "add_applied_upstream", crashing_write)
+    monkeypatch.setattr(rebase_mod, "export", crashing_export)
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
-    assert series_files(fork.series_dir(V1)) != series_before
     assert fork.series_dir(V2).is_dir()
     abort_rebase(fork.config, tree, log=quiet)
     assert snapshot(tree) == before
@@ -555,12 +574,12 @@ def test_patch_to_a_file_upstream_deleted(tmp_path: Path, monkeypatch: pytest.Mo
         ("applied", "clean"),
     ]
     assert not (tree / "vllm/other.py").exists()
-    # Dropping it was the user's call: no Applied-Upstream claim for it.
+    # Dropping it was the user's call: the review says so; no series file records it.
     (name,) = [n for n in series_files(fork.series_dir(V1)) if "Touch-other" in n]
     assert parse_patch(fork.series_dir(V1) / name).applied_upstream is None
-    history = (fork.series_dir("1.2.0") / "series").read_text()
-    assert f"# Dropped-By-Hand: 1.2.0 <- {name} (rope-bf16-buffer, change)" in history
-    assert "# Applied-Upstream:" not in history
+    assert "# " not in (fork.series_dir("1.2.0") / "series").read_text().split("\n", 1)[1]
+    review = json.loads((tree / ".git/vllm-fork/review.json").read_text())
+    assert (review["patches"][0]["patch"], review["patches"][0]["outcome"]) == (name, "dropped")
     with pytest.raises(WorkTreeError, match="no vllm-fork rebase is in progress"):
         continue_rebase(fork.config, tree, skip=True, log=quiet)
 

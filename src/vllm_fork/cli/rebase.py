@@ -59,10 +59,9 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
         RebaseConflict,
         abort_rebase,
         continue_rebase,
-        old_series_names,
         start_rebase,
-        summary_table,
     )
+    from vllm_fork.rebase.report import old_series_names, summary_table
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -113,8 +112,6 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
     print(
         f"{state.series_dir}: {len(result.written)} file(s) written, {len(result.removed)} removed"
     )
-    for name in result.old_series_updated:
-        print(f"{Path(state.old_series_dir) / name}: Applied-Upstream: {state.onto_version}")
     for path in result.review:
         print(f"review: {path}")
     return ExitCode.OK

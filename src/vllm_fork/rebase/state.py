@@ -30,7 +30,7 @@ PHASES = (IMPORTING, PICKING, CONFLICT, FINISHING)
 APPLIED = "applied"
 ABSORBED = "absorbed"
 # Detail of a patch dropped with --skip: the user's call, not the probes' or
-# an empty pick's, so the old series gets no Applied-Upstream trailer for it.
+# an empty pick's (the review says "dropped by hand", not "absorbed").
 SKIPPED = "dropped by hand (--skip)"
 
 

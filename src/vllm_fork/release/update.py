@@ -30,7 +30,6 @@ from packaging.version import InvalidVersion, Version
 from vllm_fork.config import Config
 from vllm_fork.errors import ExitCode, ForkError, OfflineError
 from vllm_fork.rebase.engine import RebaseConflict, start_rebase
-from vllm_fork.rebase.replay import git_dir as find_git_dir
 from vllm_fork.rebase.state import CONFLICT, load_state
 from vllm_fork.release import check, treevenv
 from vllm_fork.release.check import has_series
@@ -39,6 +38,7 @@ from vllm_fork.sources.fetch import PROJECT, Fetcher
 from vllm_fork.sources.pinner import pin_versions
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.forktests import PROVEN, prove_failing, run_fork_tests
+from vllm_fork.tree.apply import repo_of as find_git_dir
 
 log = logging.getLogger(__name__)
 
