@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,13 +355,17 @@ def prove_failing(
     quiet: bool = True,
     jobs: int | None = None,
     log: Callable[[str], None] | None = None,
+    only: Collection[str] | None = None,
 ) -> list[FailProof]:
     """Run each judged patch's tests on the tree with it (once, all together)
     and on the tree without that patch; up to ``jobs`` (default
     ``prove_jobs()``) of these runs at once, each in its own worktree. Every
     patch of the series gets a proof (a change or hardening patch with no
-    tests: not proven). ``log`` gets one line as each run ends."""
+    tests: not proven). ``log`` gets one line as each run ends. ``only``: the
+    commits (full ids) to prove, and to return proofs of; default every one."""
     commits = patch_commits(tree)
+    if only is not None:
+        commits = [c for c in commits if c.sha in only]
     tested = [c for c in commits if c.test_files]
     gpu = has_gpu(python) if any(c.needs_gpu for c in tested) else False
     judged = [c for c in tested if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
