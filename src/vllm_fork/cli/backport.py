@@ -16,7 +16,7 @@ from vllm_fork.rebase.backport import (
     source_from_tree,
 )
 from vllm_fork.release.treevenv import ensure_tree_venv
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 
 def backport_args(p: argparse.ArgumentParser) -> None:

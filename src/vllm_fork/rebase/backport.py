@@ -48,19 +48,19 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__, faults
-from vllm_fork.changes import registry
-from vllm_fork.changes.known_issues import FIXES_TRAILER
 from vllm_fork.config import BASES_FILE, load_config
 from vllm_fork.errors import ForkError, UsageError
+from vllm_fork.facts import registry
+from vllm_fork.facts.known_issues import FIXES_TRAILER
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.probes import DirTree
 from vllm_fork.rebase.conflicts import describe_conflicts
 from vllm_fork.series.patches import SERIES_FILE, TrailerFields
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.sourcetree import DirTree
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.tree.commits import SeriesCommit, read_commits, series_commits, tree_base
 from vllm_fork.tree.export import FORMAT_PATCH, export
 from vllm_fork.tree.materialize import REPO_KEY, am_env, materialize
-from vllm_fork.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
