@@ -1,4 +1,4 @@
-"""Small pieces of rebase and matrix: conflict parsing, series records, moved files."""
+"""Small pieces of rebase: conflict parsing, series records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from vllm_fork.errors import SeriesError
 from vllm_fork.rebase.conflicts import parse_markers
-from vllm_fork.reports.matrix import find_moves, retarget
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
 from vllm_fork.series.patches import parse_patch
 
@@ -113,14 +112,3 @@ def test_series_history_block_is_replaced(tmp_path: Path) -> None:
     )
     write_series_history(tmp_path, "0.22.0", [])
     assert series.read_text() == "# header\n0001-a.patch\n0002-b.patch\n"
-
-
-def test_moved_files_are_found_by_unique_name() -> None:
-    paths = ["csrc/libtorch_stable/pos_encoding_kernels.cu", "vllm/a/util.py", "vllm/b/util.py"]
-    assert find_moves(["csrc/pos_encoding_kernels.cu", "vllm/util.py", "gone.py"], paths) == {
-        "csrc/pos_encoding_kernels.cu": "csrc/libtorch_stable/pos_encoding_kernels.cu"
-    }
-    moved = retarget(PATCH.encode(), {"vllm/moe.py": "vllm/x/moe.py"}).decode()
-    assert "diff --git a/vllm/x/moe.py b/vllm/x/moe.py\n" in moved
-    assert "--- a/vllm/x/moe.py\n+++ b/vllm/x/moe.py\n" in moved
-    assert " vllm/moe.py | 2 +-" in moved  # the diffstat is not a header

@@ -6,9 +6,11 @@ release (``--series V``, what a rebase of it would meet).
 A release's row comes from its pristine upstream tree in the cached
 repository: the probes say whether upstream has each change (or lacks the
 code it modifies), and the series is applied the way a rebase would (change
-patches upstream absorbed are skipped, everything else is applied with
-``git apply --cached --3way``) into a temporary index, with new objects in a
-temporary object directory, so neither a work tree nor the cache changes.
+patches upstream absorbed are skipped, everything else is applied by
+tree/apply.py: exactly when it applies so, else as a 3-way merge of the
+patch's commit on the series' own base, renames followed), into a temporary
+index, with new objects in a temporary object directory, so neither a work
+tree nor the cache changes.
 
 Rows are cached under ``<cache>/matrix/``, keyed by the release's pinned
 sdist sha256, the series content and the code that computes them.
@@ -18,12 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +31,24 @@ from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.state import LEGEND, PART_CHANGE, decide
-from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.apply import (
+    CLEAN,
+    EMPTY,
+    MERGED,
+    Applied,
+    Applier,
+    ApplyError,
+    SeriesApplyError,
+    applier,
+    apply_problems,
+    last_line,
+    tree_of,
+)
 
 P_APPLIED = "applied"
 P_ABSORBED = "absorbed"
@@ -209,159 +218,82 @@ def store_row(config: Config, key: str, row: ReleaseRow) -> None:
 # --- applying the series without a work tree -----------------------------------------
 
 
-class Scratch:
-    """A temporary index and object directory on top of the cached repository."""
-
-    def __init__(self, repo: Path, directory: Path) -> None:
-        self.repo = repo
-        self.directory = directory
-        (directory / "objects").mkdir(parents=True)
-        self.index = directory / "index"
-        self.env = git_env(
-            {
-                "GIT_DIR": str(repo),
-                "GIT_INDEX_FILE": str(self.index),
-                "GIT_OBJECT_DIRECTORY": str(directory / "objects"),
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / "objects"),
-            },
-            isolated=True,
-        )
-
-    def git(self, *args: str | os.PathLike[str], check: bool = True):
-        return run_git(list(args), env=self.env, cwd=self.directory, check=check)
-
-    def read_tree(self, rev: str) -> None:
-        self.git("read-tree", rev)
-
-    def write_tree(self) -> str:
-        return git_out(["write-tree"], env=self.env, cwd=self.directory)
-
-    def paths(self) -> list[str]:
-        out = run_git(["ls-files", "-z"], env=self.env, cwd=self.directory).stdout
-        return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
-
-    def apply(self, patch: Path) -> tuple[str, str]:
-        """Apply one patch to the index: (result, detail); a failure leaves it unchanged.
-
-        A patch to a file the release moved (git apply has no rename detection)
-        is applied again to the file's new place, when exactly one file of the
-        release has the same name.
-        """
-        backup = self.directory / "index.before"
-        shutil.copyfile(self.index, backup)
-        before = self.write_tree()
-        result, detail, missing = self._apply(patch)
-        if result == P_FAILED and missing:
-            moves = find_moves(missing, self.paths())
-            if moves:
-                moved = self.directory / "moved.patch"
-                moved.write_bytes(retarget(patch.read_bytes(), moves))
-                result, detail, _ = self._apply(moved)
-                if result != P_FAILED:
-                    where = ", ".join(f"{a} -> {b}" for a, b in sorted(moves.items()))
-                    detail += f", followed moved file(s): {where}"
-        if result == P_FAILED:
-            shutil.copyfile(backup, self.index)
-        elif self.write_tree() == before:
-            result, detail = P_EMPTY, "upstream already has the same edit"
-        return result, detail
-
-    def _apply(self, patch: Path) -> tuple[str, str, list[str]]:
-        clean = self.git("apply", "--cached", "--check", patch, check=False).returncode == 0
-        proc = self.git("apply", "--cached", "--3way", patch, check=False)
-        if proc.returncode != 0:
-            stderr = proc.stderr.decode(errors="replace")
-            missing = re.findall(r"^error: (.+): does not exist in index$", stderr, re.MULTILINE)
-            # A failed --3way can leave unmerged entries: start the retry from the backup.
-            shutil.copyfile(self.directory / "index.before", self.index)
-            return P_FAILED, _failure_detail(stderr), missing
-        return P_APPLIED, "clean" if clean else "3-way merge", []
+PatchCommit = tuple[str, str] | None  # (tree before, tree after) on the series' own base
 
 
-def find_moves(missing: list[str], paths: list[str]) -> dict[str, str]:
-    """old path -> new path for missing files whose name is unique in the release."""
-    by_name: dict[str, list[str]] = {}
-    for path in paths:
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
-    moves = {}
-    for old in missing:
-        candidates = by_name.get(old.rsplit("/", 1)[-1], [])
-        if len(candidates) == 1:
-            moves[old] = candidates[0]
-    return moves
-
-
-def retarget(patch: bytes, moves: dict[str, str]) -> bytes:
-    """The patch with its file headers pointing at the moved paths."""
-    out = []
-    for line in patch.split(b"\n"):
-        text = line.decode(errors="surrogateescape")
-        for old, new in moves.items():
-            if text == f"diff --git a/{old} b/{old}":
-                text = f"diff --git a/{new} b/{new}"
-            elif text in (f"--- a/{old}", f"+++ b/{old}"):
-                text = text[:6] + new
-        out.append(text.encode(errors="surrogateescape"))
-    return b"\n".join(out)
+def series_commits(work: Applier, series: Series, base_tag: str) -> list[PatchCommit]:
+    """Each patch as a commit on the series' own base (the trees before and after
+    it), which its 3-way apply onto another release merges; SeriesError when one
+    does not apply to its own base."""
+    parent = tree_of(work.repo, base_tag)
+    try:
+        trees = work.series(parent, list(series.patches))
+    except SeriesApplyError as exc:
+        raise SeriesError(
+            f"{exc.patch.name} does not apply to {base_tag}, the series' own base: {exc.stderr}"
+        ) from None
+    return list(zip([parent, *trees[:-1]], trees, strict=True))
 
 
 def _failure_detail(stderr: str) -> str:
-    files: list[str] = []
-    for pattern in (
-        r"^Applied patch to '(.+)' with conflicts\.$",
-        r"^error: (.+): does not exist in index$",
-        r"^error: (.+): patch does not apply$",
-        r"^error: (.+): already exists in index$",
-    ):
-        for match in re.finditer(pattern, stderr, re.MULTILINE):
-            if match.group(1) not in files:
-                files.append(match.group(1))
+    """Why a patch with no commit of its own base does not apply (``git apply``'s account)."""
+    order = ("conflict", "missing", "fails", "exists")
+    problems = sorted(
+        (p for p in apply_problems(stderr) if p.kind in order), key=lambda p: order.index(p.kind)
+    )
+    files = list(dict.fromkeys(p.path for p in problems))
     if files:
         return "conflicts in " + ", ".join(files)
-    lines = [ln for ln in stderr.strip().splitlines() if ln]
-    return lines[-1] if lines else "git apply failed"
+    return last_line(stderr, "git apply failed")
 
 
-@contextmanager
-def scratch(config: Config) -> Iterator[Scratch]:
-    """A scratch area over the cached repository, removed afterwards."""
-    # Not in <cache>/tmp: taking the cache lock empties that directory.
-    directory = Path(tempfile.mkdtemp(prefix="vllm-fork-matrix-"))
+def apply_patch(work: Applier, onto: str, patch: Path, commit: PatchCommit) -> Applied | str:
+    """One patch onto tree ``onto`` (tree/apply.py's rules); a failure's detail when the
+    patch has no commit to merge (it does not apply to its own base either)."""
+    if commit is not None:
+        return work.apply(onto, patch, *commit)
     try:
-        yield Scratch(config.upstream_repo, directory)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def prime(work: Scratch, series: Series, base_tag: str) -> None:
-    """Apply the series to its own base once, so that every blob a patch's
-    ``index`` line names exists and ``--3way`` can use it on other releases."""
-    work.read_tree(base_tag)
-    for patch in series.patches:
-        proc = work.git("apply", "--cached", patch, check=False)
-        if proc.returncode != 0:
-            raise SeriesError(
-                f"{patch.name} does not apply to {base_tag}, the series' own base: "
-                + proc.stderr.decode(errors="replace").strip()
-            )
+        return Applied(CLEAN, work.exact(onto, patch))
+    except ApplyError as exc:
+        return _failure_detail(exc.stderr)
 
 
 # --- one release -------------------------------------------------------------------
 
 
-def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) -> ReleaseRow:
+def compute_row(
+    work: Applier,
+    version: str,
+    sdist_sha256: str,
+    series: Series,
+    commits: list[PatchCommit] | None = None,
+) -> ReleaseRow:
+    """The row of ``version``: the probes' findings on it, and each patch of ``series``
+    absorbed or applied (``commits``: its patches on their own base; default: the
+    release is the series' own base)."""
     from vllm_fork.probes import GitTree, probe_all
 
     tag = tag_for(version)
     findings = probe_all(GitTree(work.repo, tag))
     row = ReleaseRow(version, sdist_sha256)
-    work.read_tree(tag)
-    for patch, header in zip(series.patches, series.headers, strict=True):
+    if commits is None:
+        commits = _own_commits(work, series, tag)
+    onto = tree_of(work.repo, tag)
+    for patch, header, commit in zip(series.patches, series.headers, commits, strict=True):
         finding = findings.get(header.change)
         if header.part == PART_CHANGE and finding is not None and finding.state == "present":
             result, detail = P_ABSORBED, f"upstream has it: {finding.reason}"
         else:
-            result, detail = work.apply(patch)
+            applied = apply_patch(work, onto, patch, commit)
+            if isinstance(applied, str):
+                result, detail = P_FAILED, applied
+            else:
+                result = {CLEAN: P_APPLIED, MERGED: P_APPLIED, EMPTY: P_EMPTY}.get(
+                    applied.status, P_FAILED
+                )
+                detail = applied.detail()
+                if applied.ok:
+                    onto = applied.tree
         row.patches.append(PatchResult(patch.name, header.change, header.part, result, detail))
     for change in registry.change_ids():
         finding = findings[change]
@@ -375,6 +307,22 @@ def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) 
         hardening = registry.get(change).scoped_hardening(row.version, dict(finding.hardening))
         row.changes[change] = ChangeCell(state, finding.reason, hardening, names)
     return row
+
+
+def _own_commits(work: Applier, series: Series, tag: str) -> list[PatchCommit]:
+    """The commits of a release's own series on it; None for a patch that does not
+    apply (the row then says why)."""
+    parent = tree_of(work.repo, tag)
+    commits: list[PatchCommit] = []
+    for patch in series.patches:
+        try:
+            tree = work.exact(parent, patch)
+        except ApplyError:
+            commits.append(None)
+            continue
+        commits.append((parent, tree))
+        parent = tree
+    return commits
 
 
 def compute_matrix(
@@ -397,8 +345,9 @@ def compute_matrix(
     series_sha = series_hash(series)
     code_sha = code_hash()
     rows: list[ReleaseRow] = []
-    with scratch(config) as work:
-        primed = False
+    # New objects go to a private object directory: the cache does not change.
+    with applier(config.upstream_repo, private=True, prefix="vllm-fork-matrix-") as work:
+        commits: list[PatchCommit] | None = None
         for version in versions:
             base = pins.get(version)
             applied = config.series(version) if own else series
@@ -410,13 +359,12 @@ def compute_matrix(
                     # ensure_upstream takes the cache lock while it imports; the rest only
                     # reads the cache, so other commands do not wait for the whole matrix
                     fetcher = fetcher or config.fetcher
-                    if not primed and not own:
+                    if commits is None and not own:
                         ensure_upstream(config, series_base, fetcher)
-                        prime(work, series, tag_for(series_base.version))
-                        primed = True
+                        commits = series_commits(work, series, tag_for(series_base.version))
                     log(f"matrix: {version}: checking")
                     ensure_upstream(config, base, fetcher)
-                    row = compute_row(work, version, base.sdist.sha256, applied)
+                    row = compute_row(work, version, base.sdist.sha256, applied, commits)
                     if applied.patches:
                         row.series_base = version if own else series_base.version
                     store_row(config, key, row)

@@ -1,8 +1,8 @@
 """`vllm-fork status`: where each change stands for a base and its series.
 
-The series is applied without a work tree: upstream's tree is read into a
-temporary index of the cached repository, each patch is applied with
-``git apply --cached``, and ``git write-tree`` gives the tree the probes read.
+The series is applied without a work tree, exactly (``git apply --cached``
+into a temporary index of the cached repository, tree/apply.py), and the
+resulting tree is what the probes read.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from vllm_fork.facts.known_issues import (
 )
 from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
-from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.git import run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
 from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
@@ -41,6 +39,7 @@ from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, Pins
 from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.apply import ApplyError, SeriesApplyError, applier, repo_of, tree_of
 from vllm_fork.tree.commits import series_commits, tree_base
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
@@ -118,17 +117,14 @@ class StatusReport:
 
 def series_tree(repo: Path, tag: str, series: Series) -> str:
     """The tree id of ``tag`` with every patch of ``series`` applied (no checkout)."""
-    with tempfile.TemporaryDirectory(prefix="vllm-fork-status-") as tmp:
-        env = git_env(
-            {"GIT_DIR": str(repo), "GIT_INDEX_FILE": os.path.join(tmp, "index")}, isolated=True
-        )
-        run_git(["read-tree", tag], env=env)
-        for patch in series.patches:
-            proc = run_git(["apply", "--cached", patch], env=env, cwd=Path(tmp), check=False)
-            if proc.returncode != 0:
-                detail = proc.stderr.decode(errors="replace").strip()
-                raise PatchFailedError(f"patch {patch.name} does not apply to {tag}: {detail}")
-        return git_out(["write-tree"], env=env)
+    with applier(repo, prefix="vllm-fork-status-") as work:
+        try:
+            trees = work.series(tag, list(series.patches))
+        except SeriesApplyError as exc:
+            raise PatchFailedError(
+                f"patch {exc.patch.name} does not apply to {tag}: {exc.stderr}"
+            ) from None
+        return trees[-1] if trees else tree_of(repo, tag)
 
 
 def series_fixes(series: Series) -> list[tuple[str, list[str]]]:
@@ -318,22 +314,23 @@ def _precompiled_findings(
                 config.upstream_repo, series_tree(config.upstream_repo, tag, series.without(full))
             )
         )
-    with tempfile.TemporaryDirectory(prefix="vllm-fork-status-") as tmp:
-        env = git_env({"GIT_INDEX_FILE": os.path.join(tmp, "index")})
-        run_git(["read-tree", tag], cwd=tree, env=env)
+    with applier(repo_of(tree), prefix="vllm-fork-status-") as work:
+        patched = tree_of(work.repo, tag)
+        work.git("read-tree", patched)
         for commit in series_commits(tree, tag):
             if commit.subject in full:
                 continue
             diff = run_git(
                 ["diff-tree", "-p", "--binary", commit.parent, commit.sha], cwd=tree
             ).stdout
-            proc = run_git(["apply", "--cached"], cwd=tree, env=env, input=diff, check=False)
-            if proc.returncode != 0:
-                detail = proc.stderr.decode(errors="replace").strip()
+            try:
+                patched = work.exact(None, diff)
+            except ApplyError as exc:
                 raise PatchFailedError(
-                    f"{commit.subject} does not apply without the full-build-only patches: {detail}"
-                )
-        return probe_all(GitTree(tree, git_out(["write-tree"], cwd=tree, env=env)))
+                    f"{commit.subject} does not apply without the full-build-only patches: "
+                    f"{exc.stderr}"
+                ) from None
+        return probe_all(GitTree(tree, patched))
 
 
 def compute_status(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.apply import apply_problems, last_line
 
 log = logging.getLogger(__name__)
 
@@ -107,24 +107,17 @@ def explain_failure(tree: Path, patch: Path) -> list[str]:
     except SeriesError:  # a malformed patch: git's own lines below still say where
         hunks = {}
     problems: list[str] = []
-    for line in text.splitlines():
-        m = re.match(r"error: patch failed: (.+):(\d+)$", line)
-        if m:
-            path, start = m.group(1), int(m.group(2))
-            headers = [h.header for h in hunks.get(path, []) if h.old_start == start]
-            where = headers[0] if headers else f"line {start}"
-            problems.append(f"{path}: hunk {where} does not apply")
-            continue
-        m = re.match(r"error: (.+): (does not exist in index|No such file or directory)$", line)
-        if m:
-            problems.append(f"{m.group(1)}: file to patch does not exist in the base")
-            continue
-        m = re.match(r"error: (.+): already exists in (index|working directory)$", line)
-        if m:
-            problems.append(f"{m.group(1)}: file to create already exists")
+    for problem in apply_problems(text):
+        if problem.kind == "hunk":
+            headers = [h.header for h in hunks.get(problem.path, []) if h.old_start == problem.line]
+            where = headers[0] if headers else f"line {problem.line}"
+            problems.append(f"{problem.path}: hunk {where} does not apply")
+        elif problem.kind == "missing":
+            problems.append(f"{problem.path}: file to patch does not exist in the base")
+        elif problem.kind == "exists":
+            problems.append(f"{problem.path}: file to create already exists")
     if not problems:
-        detail = text.strip().splitlines()
-        problems.append(detail[-1] if detail else "git am failed (no detail from git apply)")
+        problems.append(last_line(text, "git am failed (no detail from git apply)"))
     return problems
 
 
