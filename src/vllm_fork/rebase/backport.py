@@ -11,9 +11,11 @@ silently. For each target base (every base with a series, or those named):
    absent (the ``affected`` probe of a known issue the commit fixes, the
    change registry's first release, or none of the files it changes) or
    already fixed (the issue's ``fixed`` probe) is ``not applicable``;
-3. apply it (:func:`apply_commit`, git's 3-way ``ort`` merge with rename
-   detection): ``applied clean`` when the diff applies as it is, ``adapted by
-   3-way`` when the merge had to move or re-fit it, ``conflict`` otherwise
+3. apply it (:func:`apply_commit`, through the one applier of
+   :mod:`vllm_fork.tree.apply`: exactly, else git's 3-way ``ort`` merge with
+   rename detection, as a cherry-pick): ``applied clean`` when the diff
+   applies as it is, ``adapted by 3-way`` when the merge had to move or
+   re-fit it, ``conflict`` otherwise
    (the report prints the commands that resolve it by hand);
 4. run the base's fork tests and the prove-fail of the new patch (the
    injected check runner), the bases in parallel, bounded by the CPUs;
@@ -53,11 +55,12 @@ from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import FIXES_TRAILER
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.rebase.conflicts import describe_conflicts
 from vllm_fork.series.patches import SERIES_FILE, TrailerFields
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.sourcetree import DirTree
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
+from vllm_fork.tree import apply
+from vllm_fork.tree.apply import applier, repo_of, tree_of
 from vllm_fork.tree.commits import SeriesCommit, read_commits, series_commits, tree_base
 from vllm_fork.tree.export import FORMAT_PATCH, export
 from vllm_fork.tree.materialize import REPO_KEY, am_env, materialize
@@ -111,48 +114,42 @@ class Applied:
 
 def apply_commit(tree: Path, commit: str) -> Applied:
     """Apply ``commit`` (present in ``tree``'s object store) on top of HEAD
-    as one new commit, with cherry-pick semantics: git's 3-way ``ort`` merge
-    with rename detection, the commit's author and message kept, the fork's
-    fixed committer. On a conflict the tree is put back as it was.
-
-    The one place the backport applies a patch (so that it can switch to
-    another applier)."""
-    env = am_env()
-    exact = run_git(["diff-tree", "-p", "--binary", "--full-index", f"{commit}^", commit], cwd=tree)
-    clean = (
-        run_git(["apply", "--check", "-"], cwd=tree, input=exact.stdout, check=False).returncode
-        == 0
-    )
-    proc = run_git(
-        [
-            "-c",
-            "merge.renames=true",
-            "-c",
-            "merge.conflictStyle=diff3",
-            "cherry-pick",
-            "--strategy=ort",
-            "--allow-empty-message",
-            commit,
-        ],
-        cwd=tree,
-        env=env,
-        check=False,
-    )
-    if proc.returncode == 0:
-        return Applied(CLEAN if clean else ADAPTED)
-    conflicts = describe_conflicts(tree)
-    if (
-        not conflicts
-        and run_git(["diff", "--cached", "--quiet"], cwd=tree, check=False).returncode == 0
-    ):
-        run_git(["cherry-pick", "--abort"], cwd=tree, env=env, check=False)
+    as one new commit, with the one applier (:mod:`vllm_fork.tree.apply`):
+    exactly when the diff applies as it is, else git's 3-way ``ort`` merge
+    with rename detection, as a cherry-pick makes it. The commit's author and
+    message are kept; the committer is the fork's fixed identity (as
+    materialize's). On a conflict or an empty result nothing is committed."""
+    repo = repo_of(tree)
+    head = tree_of(repo, "HEAD")
+    diff = run_git(["diff-tree", "-p", "--binary", "--full-index", f"{commit}^", commit], cwd=tree)
+    with applier(repo) as one:
+        result = one.apply(head, diff.stdout, tree_of(repo, f"{commit}^"), tree_of(repo, commit))
+    if result.status == apply.EMPTY:
         return Applied(NOT_APPLICABLE, "the change is already in this base (the pick is empty)")
-    run_git(["cherry-pick", "--abort"], cwd=tree, env=env, check=False)
-    if not conflicts:
-        detail = proc.stderr.decode(errors="replace").strip().splitlines()
-        return Applied(CONFLICT, detail[-1] if detail else "git cherry-pick failed")
-    files = tuple(c.path for c in conflicts)
-    return Applied(CONFLICT, f"{len(files)} file(s) conflict", files)
+    if result.status == apply.CONFLICT:
+        files = tuple(result.conflicts)
+        return Applied(CONFLICT, f"{len(files)} file(s) conflict", files)
+    name, email, date = git_out(
+        ["log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit], cwd=tree
+    ).split("\0")
+    raw = run_git(["cat-file", "commit", commit], cwd=tree).stdout
+    message = raw.split(b"\n\n", 1)[1] if b"\n\n" in raw else b""
+    env = {
+        **am_env(),
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_DATE": date,
+    }
+    new = (
+        run_git(["commit-tree", result.tree, "-p", "HEAD"], cwd=tree, env=env, input=message)
+        .stdout.decode()
+        .strip()
+    )
+    run_git(["reset", "-q", "--hard", new], cwd=tree)
+    if result.status == apply.CLEAN:
+        return Applied(CLEAN)
+    return Applied(ADAPTED, result.detail())
 
 
 # --- is the commit for this base? ---------------------------------------------------
@@ -641,7 +638,8 @@ def resolve_commands(report: Report, result: BaseResult) -> list[str]:
     return [
         f"vllm-fork materialize --base {v} {d}",
         f"git -C {d} fetch {report.state_dir / 'source.git'} {SOURCE_REF}",
-        f"git -C {d} cherry-pick FETCH_HEAD || true   # stops at the conflict",
+        f"git -C {d} -c merge.renames=true -c merge.directoryRenames=false "
+        "cherry-pick FETCH_HEAD || true   # stops at the conflict",
         f"# edit {files}, then: git -C {d} add {files} && git -C {d} cherry-pick --continue",
         f"vllm-fork export {d}   # series/{v} then carries it; run the backport again",
     ]
