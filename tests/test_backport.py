@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,12 +18,13 @@ import pytest
 
 from vllm_fork.config import load_config
 from vllm_fork.rebase import backport as bp
+from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
 
 try:
-    from .rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, text
+    from .rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, resolve, text
 except ImportError:
-    from rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, text
+    from rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, resolve, text
 
 OPS = numbered("ops", 40)
 BASE_FILES = {"vllm/other.py": text(numbered("other", 20))}
@@ -223,3 +225,32 @@ def test_kill_and_resume(fork, tmp_path: Path, fault: str) -> None:
     for version in bases:
         assert f"{version}/0002-ROCm-Fix-ops-line-20.patch" in after
     assert not list((fork.root / "series").rglob(".*.backport"))
+
+
+def test_a_conflict_resolved_by_hand_then_the_same_command(fork, tmp_path: Path) -> None:
+    tree = fix_commit(fork, tmp_path)
+    bases = ["1.1.0", "1.3.0"]
+    before = series_snapshot(fork.root / "series")
+    report = run(fork, tree, bases)
+    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CONFLICT}
+    assert series_snapshot(fork.root / "series") == before
+
+    # what the report says to do, by hand
+    (conflict,) = [r for r in report.results if r.verdict == bp.CONFLICT]
+    commands = bp.resolve_commands(report, conflict)
+    assert commands[0] == "vllm-fork materialize --base 1.3.0 backport-1.3.0"
+    work = tmp_path / "backport-1.3.0"
+    materialize(load_config(), "1.3.0", work)
+    git(work, "fetch", "-q", str(report.state_dir / "source.git"), bp.SOURCE_REF)
+    proc = subprocess.run(["git", "cherry-pick", "FETCH_HEAD"], cwd=work, capture_output=True)
+    assert proc.returncode != 0  # it stops at the conflict
+    resolve(work / "vllm/ops.py", ("ops line 20 upstream",))
+    git(work, "add", "vllm/ops.py")
+    git(work, "-c", "core.editor=true", "cherry-pick", "--continue")
+    export(load_config(), work)
+
+    # the same command: 1.3.0 now carries it, 1.1.0 comes from the first run
+    report = run(fork, tree, bases)
+    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CARRIED}
+    assert report.reused == ["1.1.0"] and report.ok
+    assert (fork.root / "series/1.1.0/0002-ROCm-Fix-ops-line-20.patch").is_file()

@@ -361,9 +361,6 @@ class Backport:
         start = _digest_dir(self.config.series_root)
         if self.stage.is_dir() and self.state.get("series_at_start") == start:
             return
-        if self.stage.is_dir():
-            shutil.rmtree(self.stage)
-            self.state["results"] = {}
         tmp = self.state_dir / "stage.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -371,6 +368,18 @@ class Backport:
         if self.config.known_issues_file.is_file():
             shutil.copy2(self.config.known_issues_file, tmp / self.config.known_issues_file.name)
         shutil.copytree(self.config.series_root, tmp / "series", symlinks=True)
+        if self.stage.is_dir():
+            # series/ changed since (e.g. a conflict resolved by hand and exported):
+            # keep what the bases whose own series did not change exported
+            for version in list(self.state["results"]):
+                kept = self.recorded(version)
+                staged = self.stage / "series" / version
+                if kept is None:
+                    del self.state["results"][version]
+                elif kept.verdict in APPLIED:
+                    shutil.rmtree(tmp / "series" / version, ignore_errors=True)
+                    shutil.copytree(staged, tmp / "series" / version, symlinks=True)
+            shutil.rmtree(self.stage)
         os.replace(tmp, self.stage)
         self.state["series_at_start"] = start
         self.save()
