@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,25 +443,20 @@ class Backport:
         return self.config.cache.work / f"backport-{self.state_dir.name}-{version}"
 
     def carry(self, version: str, checks: CheckRunner) -> BaseResult:
+        """Carry the commit to one base, start to end."""
+        prepared = self.prepare(version)
+        if isinstance(prepared, BaseResult):
+            return prepared
+        return self.finish(prepared, checks)
+
+    def prepare(self, version: str) -> BaseResult | Prepared:
+        """Materialize, decide and apply: the recorded result of a base that
+        stops here, or its work tree with the commit applied."""
         t0 = time.monotonic()
         series = _digest_dir(self.config.series_dir(version))
-        result = self._carry(version, checks)
-        result.series = series
-        result.seconds = round(time.monotonic() - t0, 1)
-        self.record(result)
-        faults.point("backport.base")
-        log.info(
-            "backport: %s: %s%s",
-            version,
-            result.verdict,
-            f" ({result.reason})" if result.reason else "",
-        )
-        return result
-
-    def _carry(self, version: str, checks: CheckRunner) -> BaseResult:
         carried = carries(self.config, version, self.source.identity)
         if carried is not None:
-            return BaseResult(version, CARRIED, f"series/{version}/{carried}")
+            return self._done(BaseResult(version, CARRIED, f"series/{version}/{carried}"), t0)
         tree = self.work_tree(version)
         shutil.rmtree(tree, ignore_errors=True)  # ours, from a killed run
         try:
@@ -470,28 +465,59 @@ class Backport:
             (commit,) = read_commits(tree, [self.source.commit])
             why = not_applicable(self.config, version, commit, tree)
             if why is not None:
-                return BaseResult(version, NOT_APPLICABLE, why)
-            applied = apply_commit(tree, self.source.commit)
-            if applied.verdict != CLEAN and applied.verdict != ADAPTED:
-                return BaseResult(version, applied.verdict, applied.detail, list(applied.files))
-            outcome = checks(version, tree)
-            if not outcome.ok:
-                return BaseResult(
-                    version,
-                    FAILED,
-                    f"{applied.verdict}, but the checks fail",
-                    tests=outcome.tests,
-                    proof=outcome.proof,
-                )
-            self.export_to_stage(tree)
-            return BaseResult(
-                version, applied.verdict, applied.detail, tests=outcome.tests, proof=outcome.proof
-            )
+                result = BaseResult(version, NOT_APPLICABLE, why)
+            else:
+                applied = apply_commit(tree, self.source.commit)
+                if applied.verdict in APPLIED:
+                    return Prepared(version, tree, applied, series, t0)
+                result = BaseResult(version, applied.verdict, applied.detail, list(applied.files))
         except ForkError as exc:
-            first = str(exc).strip().splitlines()
-            return BaseResult(version, FAILED, first[0] if first else type(exc).__name__)
+            result = _failure(version, exc)
+        shutil.rmtree(tree, ignore_errors=True)
+        result.series = series
+        return self._done(result, t0)
+
+    def finish(self, prepared: Prepared, checks: CheckRunner) -> BaseResult:
+        """The checks of a base the commit applied to, and its export."""
+        version, applied = prepared.version, prepared.applied
+        try:
+            outcome = checks(version, prepared.tree)
+            if outcome.ok:
+                self.export_to_stage(prepared.tree)
+                verdict, reason = applied.verdict, applied.detail
+            else:
+                verdict, reason = FAILED, f"{applied.verdict}, but the checks fail"
+            result = BaseResult(version, verdict, reason, tests=outcome.tests, proof=outcome.proof)
+        except ForkError as exc:
+            result = _failure(version, exc)
         finally:
-            shutil.rmtree(tree, ignore_errors=True)
+            shutil.rmtree(prepared.tree, ignore_errors=True)
+        result.series = prepared.series
+        return self._done(result, prepared.started)
+
+    def _done(self, result: BaseResult, started: float) -> BaseResult:
+        result.seconds = round(time.monotonic() - started, 1)
+        self.record(result)
+        faults.point("backport.base")
+        detail = f" ({result.reason})" if result.reason else ""
+        log.info("backport: %s: %s%s", result.version, result.verdict, detail)
+        return result
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A base's work tree with the commit applied, waiting for its checks."""
+
+    version: str
+    tree: Path
+    applied: Applied
+    series: str
+    started: float
+
+
+def _failure(version: str, exc: ForkError) -> BaseResult:
+    first = str(exc).strip().splitlines()
+    return BaseResult(version, FAILED, first[0] if first else type(exc).__name__)
 
 
 # --- the source ---------------------------------------------------------------------
@@ -609,8 +635,21 @@ def backport(
             reused.append(version)
         else:
             todo.append(version)
-    with ThreadPoolExecutor(max_workers=jobs or cpu_jobs()) as pool:
-        list(pool.map(lambda v: run.carry(v, checks), todo))
+    # Every base is materialized and applied while the checks of the bases
+    # already applied run (a check runner may take one base at a time).
+    workers = jobs or cpu_jobs()
+    with (
+        ThreadPoolExecutor(max_workers=workers) as preparing,
+        ThreadPoolExecutor(max_workers=workers) as checking,
+    ):
+        pending = [preparing.submit(run.prepare, v) for v in todo]
+        finishing = []
+        for future in as_completed(pending):
+            prepared = future.result()
+            if isinstance(prepared, Prepared):
+                finishing.append(checking.submit(run.finish, prepared, checks))
+        for future in finishing:
+            future.result()
     results = _results(run, targets)
     written: list[str] = []
     if all(r.accepted for r in results):
