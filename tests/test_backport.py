@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.cli.backport import fork_checks
 from vllm_fork.config import load_config
 from vllm_fork.rebase import backport as bp
 from vllm_fork.tree.export import export
@@ -103,7 +104,7 @@ def series_snapshot(root: Path) -> dict[str, bytes]:
 
 
 def checks() -> bp.CheckRunner:
-    return bp.fork_checks(lambda tree: sys.executable)
+    return fork_checks(lambda tree: sys.executable)
 
 
 def run(fork, tree: Path, bases: list[str] | None = None, **kw) -> bp.Report:

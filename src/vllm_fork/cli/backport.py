@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_fork.errors import UsageError
 from vllm_fork.rebase.backport import (
+    CheckRunner,
+    Checks,
     backport,
-    fork_checks,
     format_report,
     select_targets,
     source_from_patch,
@@ -17,6 +21,26 @@ from vllm_fork.rebase.backport import (
 )
 from vllm_fork.release.treevenv import ensure_tree_venv
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.testing.forktests import check_head, sim_plugin_args
+
+
+def fork_checks(python_for: Callable[[Path], str], *, exclusive: bool = False) -> CheckRunner:
+    """The backport's check runner: the base's fork tests and the prove-fail of
+    the patch at HEAD, with the interpreter ``python_for(tree)`` gives.
+    ``exclusive``: one base's checks at a time (for an interpreter shared by
+    every base and reinstalled per tree, as the tree venv is)."""
+    gate: contextlib.AbstractContextManager = (
+        threading.Lock() if exclusive else contextlib.nullcontext()
+    )
+
+    def run(version: str, tree: Path) -> Checks:
+        with gate:
+            tests, proof = check_head(tree, python_for(tree), sim_plugin_args(tree))
+        verdict = proof.verdict if proof is not None else "no proof (not a series commit)"
+        ok = tests.green and proof is not None and (proof.ok or not proof.counts)
+        return Checks(tests.summary(), verdict, ok)
+
+    return run
 
 
 def backport_args(p: argparse.ArgumentParser) -> None:

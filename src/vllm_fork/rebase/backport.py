@@ -58,7 +58,6 @@ from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import SERIES_FILE, TrailerFields
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.sourcetree import DirTree
-from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.tree import apply
 from vllm_fork.tree.apply import applier, repo_of, tree_of
 from vllm_fork.tree.commits import SeriesCommit, read_commits, series_commits, tree_base
@@ -196,36 +195,9 @@ class Checks:
     ok: bool
 
 
+# (base version, work tree with the commit at HEAD) -> its checks; the command
+# line passes the fork tests' runner (vllm_fork.cli.backport.fork_checks)
 CheckRunner = Callable[[str, Path], Checks]
-
-
-def fork_checks(python_for: Callable[[Path], str], *, exclusive: bool = False) -> CheckRunner:
-    """The default check runner: the base's fork tests and the prove-fail of
-    the patch at HEAD (run side by side), with the interpreter
-    ``python_for(tree)`` gives. ``exclusive``: one base's checks at a time
-    (for interpreters shared by every base and reinstalled per tree)."""
-    gate = threading.Lock() if exclusive else None
-
-    def run(version: str, tree: Path) -> Checks:
-        if gate is None:
-            return _checks(tree)
-        with gate:
-            return _checks(tree)
-
-    def _checks(tree: Path) -> Checks:
-        python = python_for(tree)
-        args = sim_plugin_args(tree)
-        head = git_out(["rev-parse", "HEAD"], cwd=tree)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            tests_f = pool.submit(run_fork_tests, tree, python, args, quiet=True)
-            proofs_f = pool.submit(prove_failing, tree, python, args, jobs=1, only={head})
-            tests, proofs = tests_f.result(), proofs_f.result()
-        proof = proofs[0] if proofs else None
-        verdict = proof.verdict if proof is not None else "no proof (not a series commit)"
-        ok = tests.green and proof is not None and (proof.ok or not proof.counts)
-        return Checks(tests.summary(), verdict, ok)
-
-    return run
 
 
 # --- state -------------------------------------------------------------------------

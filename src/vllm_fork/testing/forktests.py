@@ -430,6 +430,18 @@ def prove_failing(
     return proofs
 
 
+def check_head(
+    tree: Path, python: str, extra_args: Sequence[str] = ()
+) -> tuple[PytestOutcome, FailProof | None]:
+    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD,
+    run side by side (None: HEAD is not a series commit)."""
+    head = run_git(["rev-parse", "HEAD"], cwd=tree).stdout.decode().strip()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tests = pool.submit(run_fork_tests, tree, python, extra_args, quiet=True)
+        proofs = pool.submit(prove_failing, tree, python, extra_args, jobs=1, only={head})
+        return tests.result(), next(iter(proofs.result()), None)
+
+
 def has_gpu(python: str) -> bool:
     """Whether torch in the tree's interpreter sees a CUDA or HIP GPU."""
     probe = Path(__file__).with_name("has_gpu.py")
