@@ -30,6 +30,7 @@ from pathlib import Path
 from vllm_fork import __version__, log
 from vllm_fork.cli import build as cli_build
 from vllm_fork.cli import deploy as cli_deploy
+from vllm_fork.cli.backport import backport_args, backport_run
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
 from vllm_fork.cli.release import (
     ci_workflows_args,
@@ -394,6 +395,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "rebase": Command(
         "replay a work tree's series onto a newer upstream release (3-way)", rebase_args, rebase_run
+    ),
+    "backport": Command(
+        "carry one commit to every base that has its code (3-way), test, update every series",
+        backport_args,
+        backport_run,
     ),
     "matrix": Command(
         "per release: each change's state and whether the series applies", matrix_args, matrix_run

@@ -356,6 +356,7 @@ CHANGES: tuple[Change, ...] = (
         tests=(
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_gate.py",
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_3d_tokens.py",
+            "tests/rocm/aiter/test_fused_allreduce_rmsnorm_bf16_norm_tokens.py",
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_aiter_version.py",
         ),
         why="a hidden-size whitelist keeps shapes such as GPT-OSS's 2880 off the 1-stage kernel",

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,13 +355,17 @@ def prove_failing(
     quiet: bool = True,
     jobs: int | None = None,
     log: Callable[[str], None] | None = None,
+    only: Collection[str] | None = None,
 ) -> list[FailProof]:
     """Run each judged patch's tests on the tree with it (once, all together)
     and on the tree without that patch; up to ``jobs`` (default
     ``prove_jobs()``) of these runs at once, each in its own worktree. Every
     patch of the series gets a proof (a change or hardening patch with no
-    tests: not proven). ``log`` gets one line as each run ends."""
+    tests: not proven). ``log`` gets one line as each run ends. ``only``: the
+    commits (full ids) to prove, and to return proofs of; default every one."""
     commits = patch_commits(tree)
+    if only is not None:
+        commits = [c for c in commits if c.sha in only]
     tested = [c for c in commits if c.test_files]
     gpu = has_gpu(python) if any(c.needs_gpu for c in tested) else False
     judged = [c for c in tested if c.part in JUDGED_PARTS and (gpu or not c.needs_gpu)]
@@ -424,6 +428,18 @@ def prove_failing(
             with_ = with_all.of_files(commit.test_files) if with_all else None
             proofs.append(FailProof(commit, without[commit.sha].result(), with_))
     return proofs
+
+
+def check_head(
+    tree: Path, python: str, extra_args: Sequence[str] = ()
+) -> tuple[PytestOutcome, FailProof | None]:
+    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD,
+    run side by side (None: HEAD is not a series commit)."""
+    head = run_git(["rev-parse", "HEAD"], cwd=tree).stdout.decode().strip()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tests = pool.submit(run_fork_tests, tree, python, extra_args, quiet=True)
+        proofs = pool.submit(prove_failing, tree, python, extra_args, jobs=1, only={head})
+        return tests.result(), next(iter(proofs.result()), None)
 
 
 def has_gpu(python: str) -> bool:
