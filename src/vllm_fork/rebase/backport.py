@@ -50,13 +50,13 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__, faults
-from vllm_fork.config import BASES_FILE, load_config
+from vllm_fork.config import BASES_FILE
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import FIXES_TRAILER
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import SERIES_FILE, TrailerFields
-from vllm_fork.sources.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace, load_config
 from vllm_fork.sourcetree import DirTree
 from vllm_fork.tree import apply
 from vllm_fork.tree.apply import applier, repo_of, tree_of
