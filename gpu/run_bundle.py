@@ -139,8 +139,9 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
     if run.get("sim"):
         paths.append(str(HERE / "sim"))
         plugins = ["-p", "vllm_rocm_sim.plugin", *plugins]
-    else:
-        paths.append(str(HERE / "meta"))  # vllm's version, for the CUDA platform
+    # vLLM's version: its CUDA platform detection and (0.33.0) its Triton
+    # check read it; under the simulation fork_gpu keeps the CUDA platform off.
+    paths.append(str(HERE / "meta"))
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("FORK_GPU_KERNEL", None)
     if build is not None:
