@@ -16,7 +16,10 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
   it set, which would move the tensors of a later module's test to the GPU.
 * Under the ROCm simulation on a CUDA host, vLLM's CUDA platform plugin is
   switched off, so that the simulated ROCm platform is the only one even
-  with vLLM's version metadata on the path (which vLLM's Triton check reads).
+  with vLLM's version metadata on the path (which vLLM's Triton check reads),
+  and the simulation's stand-ins for CUDA streams (made for hosts without a
+  device runtime) give way to the real ones, which graph capture and
+  Inductor's generated code use.
 """
 
 from __future__ import annotations
@@ -157,6 +160,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# What the ROCm simulation replaces for CPU hosts (no device runtime there):
+# on a CUDA host, CUDA graph capture and Inductor's code need the real ones.
+_CUDA_STREAM_API = {
+    name: getattr(torch.cuda, name)
+    for name in ("current_stream", "synchronize", "is_current_stream_capturing")
+}
+_SIM_STREAM_FIXTURES = ("_simulated_streams", "_simulated_stream_capture")
+
+
+@pytest.fixture(autouse=True)
+def _real_cuda_streams(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not torch.cuda.is_available():
+        return
+    for name in _SIM_STREAM_FIXTURES:
+        if name in request.fixturenames:
+            request.getfixturevalue(name)  # let the simulation patch first
+    for name, fn in _CUDA_STREAM_API.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+
+
 @pytest.fixture(autouse=True)
 def _default_device_as_the_test_began() -> Iterator[None]:
     before = torch.get_default_device()
@@ -199,4 +222,5 @@ def dist_init() -> Iterator[None]:
         yield
     finally:
         cleanup_dist_env_and_memory()
-        os.unlink(path)
+        # torch's file store removes its file once the group is destroyed.
+        Path(path).unlink(missing_ok=True)
