@@ -11,6 +11,15 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
   conftest defines them, so upstream's kernel tests run unchanged with
   ``--noconftest`` (the root conftest imports the whole engine).
 * Marker ``gpu``: the test needs a CUDA device and is skipped without one.
+* Every test starts with torch's default device as the session began:
+  upstream's kernel tests set it (``torch.set_default_device``) and leave
+  it set, which would move the tensors of a later module's test to the GPU.
+* Under the ROCm simulation on a CUDA host, vLLM's CUDA platform plugin is
+  switched off, so that the simulated ROCm platform is the only one even
+  with vLLM's version metadata on the path (which vLLM's Triton check reads),
+  and the simulation's stand-ins for CUDA streams (made for hosts without a
+  device runtime) give way to the real ones, which graph capture and
+  Inductor's generated code use.
 """
 
 from __future__ import annotations
@@ -36,7 +45,12 @@ def _stand_in(name: str) -> None:
 
 
 def load_rope_kernel(src: Path, build: Path) -> None:
-    """Build the tree's rotary kernel and register it as _C::rotary_embedding."""
+    """Build the tree's rotary kernel and register it as _C::rotary_embedding.
+
+    A kernel written against the stable libtorch ABI (``torch::stable``, as
+    vLLM builds it into ``_C_stable_libtorch`` from 0.22.0 on) gets the
+    stable binding; its helpers include the CUDA runtime and cuBLAS headers
+    and the CUDA parts of torch's C shim (``USE_CUDA``)."""
     from torch.utils.cpp_extension import load
 
     csrc = src / "csrc"
@@ -45,13 +59,17 @@ def load_rope_kernel(src: Path, build: Path) -> None:
         raise FileNotFoundError(f"{kernel} is missing")
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    stable = "torch::stable" in kernel.read_text()
+    binding = "binding_stable.cpp" if stable else "binding.cpp"
+    defines = ["-DUSE_CUDA"] if stable else []
     load(
-        name="fork_gpu_rope",
-        sources=[str(HERE / "rope_op" / "binding.cpp"), str(kernel)],
-        extra_include_paths=[str(csrc)],
-        extra_cflags=["-O2"],
+        name="fork_gpu_rope_stable" if stable else "fork_gpu_rope",
+        sources=[str(HERE / "rope_op" / binding), str(kernel)],
+        extra_include_paths=[str(csrc), *_cuda_library_includes()],
+        extra_cflags=["-O2", *defines],
         # vLLM builds its kernels with the half/bf16 operators enabled.
         extra_cuda_cflags=[
+            *defines,
             "-O2",
             "--expt-relaxed-constexpr",
             "-U__CUDA_NO_HALF_OPERATORS__",
@@ -66,8 +84,31 @@ def load_rope_kernel(src: Path, build: Path) -> None:
     )
 
 
+def _cuda_library_includes() -> list[str]:
+    """Include directories of the CUDA libraries installed as Python packages
+    (``nvidia/<lib>/include``, as torch's CUDA wheels pull them in), for a
+    host whose CUDA toolkit lacks a library's headers (cuBLAS)."""
+    found = []
+    for entry in sys.path:
+        for include in sorted(Path(entry or ".").glob("nvidia/*/include")):
+            if (include / "cublas_v2.h").is_file() and str(include) not in found:
+                found.append(str(include))
+    return found
+
+
+def _no_cuda_platform_under_the_sim() -> None:
+    sim = sys.modules.get("vllm_rocm_sim")
+    if sim is None or not sim.is_active():
+        return
+    import vllm.platforms as platforms
+
+    if "cuda" in platforms.builtin_platform_plugins:
+        platforms.builtin_platform_plugins["cuda"] = lambda: None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    _no_cuda_platform_under_the_sim()
     src = os.environ.get(KERNEL_ENV)
     if src and torch.cuda.is_available():
         if "vllm" in sys.modules:
@@ -82,15 +123,25 @@ def pytest_configure(config: pytest.Config) -> None:
 _LIBS: list[torch.library.Library] = []
 
 
+# Capability queries of vLLM's extension that its quantization helpers ask
+# at import time (upstream's kernel test utilities import them).
+CUTLASS_QUERIES = (
+    "cutlass_scaled_mm_supports_fp8",
+    "cutlass_scaled_mm_supports_block_fp8",
+    "cutlass_scaled_mm_supports_fp4",
+)
+
+
 def _no_cutlass() -> None:
     """vLLM's quantization helpers (imported by upstream's test utilities)
-    ask the extension at import whether its CUTLASS FP8 kernels support the
-    device: this build has none of them."""
+    ask the extension at import whether its CUTLASS kernels support the
+    device: this build has none of them, so each query answers no."""
     lib = torch.library.Library("_C", "FRAGMENT")
-    lib.define("cutlass_scaled_mm_supports_fp8(int cuda_device_capability) -> bool")
-    lib.impl(
-        "cutlass_scaled_mm_supports_fp8", lambda capability: False, "CompositeExplicitAutograd"
-    )
+    for query in CUTLASS_QUERIES:
+        if hasattr(torch.ops._C, query):
+            continue
+        lib.define(f"{query}(int cuda_device_capability) -> bool")
+        lib.impl(query, lambda capability: False, "CompositeExplicitAutograd")
     _LIBS.append(lib)
 
 
@@ -107,6 +158,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+# What the ROCm simulation replaces for CPU hosts (no device runtime there):
+# on a CUDA host, CUDA graph capture and Inductor's code need the real ones.
+_CUDA_STREAM_API = {
+    name: getattr(torch.cuda, name)
+    for name in ("current_stream", "synchronize", "is_current_stream_capturing")
+}
+_SIM_STREAM_FIXTURES = ("_simulated_streams", "_simulated_stream_capture")
+
+
+@pytest.fixture(autouse=True)
+def _real_cuda_streams(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not torch.cuda.is_available():
+        return
+    for name in _SIM_STREAM_FIXTURES:
+        if name in request.fixturenames:
+            request.getfixturevalue(name)  # let the simulation patch first
+    for name, fn in _CUDA_STREAM_API.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+
+
+@pytest.fixture(autouse=True)
+def _default_device_as_the_test_began() -> Iterator[None]:
+    before = torch.get_default_device()
+    yield
+    if torch.get_default_device() != before:
+        # None drops the default-device mode torch installs for a device.
+        torch.set_default_device(None if before.type == "cpu" else before)
 
 
 @pytest.fixture
@@ -142,4 +222,5 @@ def dist_init() -> Iterator[None]:
         yield
     finally:
         cleanup_dist_env_and_memory()
-        os.unlink(path)
+        # torch's file store removes its file once the group is destroyed.
+        Path(path).unlink(missing_ok=True)

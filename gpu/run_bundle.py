@@ -133,22 +133,61 @@ def cases(junit: Path) -> dict[str, str]:
 
 
 def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Path) -> dict:
+    """One pytest process for the run's files; where it dies of a signal,
+    each file again in a process of its own, so that a crash in one module
+    costs only that module's results (the crashed one is named)."""
+    result = _pytest(python, run, tree, build, out, run["files"], run["name"])
+    if result["returncode"] >= 0 or len(run["files"]) < 2:
+        return result
+    cases: dict[str, str] = {}
+    crashed = []
+    for n, rel in enumerate(run["files"], 1):
+        # -v: the log names the test a crash stopped at.
+        one = _pytest(python, run, tree, build, out, [rel], f"{run['name']}.{n:02d}", "-v")
+        cases.update(one["cases"])
+        if one["returncode"] < 0:
+            crashed.append(f"{Path(rel).name} (signal {-one['returncode']})")
+    result["cases"] = cases
+    result["crashed"] = crashed
+    result["counts"] = _counts(cases)
+    log(f"{run['name']}: per module: {result['counts']}, crashed: {crashed or 'none'}")
+    return result
+
+
+def _counts(cases: dict[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in cases.values():
+        counts[r] = counts.get(r, 0) + 1
+    return counts
+
+
+def _pytest(
+    python: Path,
+    run: dict,
+    tree: Path,
+    build: Path | None,
+    out: Path,
+    run_files: list[str],
+    name: str,
+    *extra: str,
+) -> dict:
     env = dict(os.environ)
     paths = [str(tree), str(HERE / "gpu")]
     plugins = ["-p", "fork_gpu"]
     if run.get("sim"):
         paths.append(str(HERE / "sim"))
         plugins = ["-p", "vllm_rocm_sim.plugin", *plugins]
-    else:
-        paths.append(str(HERE / "meta"))  # vllm's version, for the CUDA platform
+    # vLLM's version: its CUDA platform detection and (0.33.0) its Triton
+    # check read it; under the simulation fork_gpu keeps the CUDA platform off.
+    paths.append(str(HERE / "meta"))
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("FORK_GPU_KERNEL", None)
     if build is not None:
         env["FORK_GPU_KERNEL"] = str(tree)
         env["FORK_GPU_BUILD"] = str(build)
-    files = [f for f in run["files"] if (tree / f).exists() or (HERE / f).exists()]
+    files = [f for f in run_files if (tree / f).exists() or (HERE / f).exists()]
     files = [str(tree / f) if (tree / f).exists() else str(HERE / f) for f in files]
-    junit = out / f"{run['name']}.xml"
+    junit = out / f"{name}.xml"
     cmd = [
         str(python),
         "-m",
@@ -166,10 +205,11 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
         f"--junitxml={junit}",
         "--continue-on-collection-errors",
         "-rfE",
+        *extra,
         *files,
     ]
     start = time.monotonic()
-    with open(out / f"{run['name']}.log", "w") as fh:
+    with open(out / f"{name}.log", "w") as fh:
         proc = subprocess.run(cmd, cwd=tree, env=env, stdout=fh, stderr=subprocess.STDOUT)
     result = {
         "name": run["name"],
@@ -177,11 +217,8 @@ def run_pytest(python: Path, run: dict, tree: Path, build: Path | None, out: Pat
         "seconds": round(time.monotonic() - start, 1),
         "cases": cases(junit),
     }
-    counts = {}
-    for r in result["cases"].values():
-        counts[r] = counts.get(r, 0) + 1
-    result["counts"] = counts
-    log(f"{run['name']}: exit {proc.returncode}, {counts}, {result['seconds']} s")
+    result["counts"] = _counts(result["cases"])
+    log(f"{name}: exit {proc.returncode}, {result['counts']}, {result['seconds']} s")
     return result
 
 
@@ -281,7 +318,10 @@ def main() -> int:
         "|---|---|---|---|",
     ]
     for r in summary["runs"]:
-        lines.append(f"| {r['name']} | {r['returncode']} | {r['counts']} | {r['seconds']} |")
+        counts = r["counts"]
+        if r.get("crashed"):
+            counts = f"{counts}; crashed: {', '.join(r['crashed'])}"
+        lines.append(f"| {r['name']} | {r['returncode']} | {counts} | {r['seconds']} |")
     lines += ["", "| test | with the fork | without the patch |", "|---|---|---|"]
     for row in summary["tests"]:
         without = "; ".join(f"{v} without '{k}'" for k, v in row["without"].items()) or "-"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vllm_fork.testing.gpubundle import GPU_DIR, guarded_patches
+from vllm_fork.testing.gpubundle import GPU_DIR, guarded_patches, kernel_abi, kernel_files
 from vllm_fork.testing.gpuresults import RESULTS_DIR, last_gpu_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,3 +73,39 @@ def test_bundle_refuses_a_directory_in_use(tmp_path, capsys):
     assert main(["gpu-bundle", "--tree", str(tmp_path), "-o", str(out)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert (out / "mine.txt").read_text() == "kept"
+
+
+def _kernel_tree(root: Path, kernel: str, headers: dict[str, str]) -> Path:
+    for rel, text in {"csrc/pos_encoding_kernels.cu": kernel, **headers}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_kernel_files_follow_local_includes(tmp_path):
+    tree = _kernel_tree(
+        tmp_path,
+        '#include "torch_utils.h"\n#include <cuda_runtime.h>\n#include "core/cuda_compat.h"\n'
+        "void f(torch::stable::Tensor& t);\n",
+        {
+            "csrc/torch_utils.h": '#include "dispatch_utils.h"\n',
+            "csrc/dispatch_utils.h": "#pragma once\n",
+            "csrc/core/cuda_compat.h": '#include "../missing.h"\n',
+            "csrc/unrelated.h": "",
+        },
+    )
+    assert kernel_files(tree) == [
+        "csrc/core/cuda_compat.h",
+        "csrc/dispatch_utils.h",
+        "csrc/pos_encoding_kernels.cu",
+        "csrc/torch_utils.h",
+    ]
+    assert kernel_abi(tree) == "stable"
+
+
+def test_kernel_abi_of_a_torch_tensor_kernel_and_of_none(tmp_path):
+    tree = _kernel_tree(tmp_path / "a", "void f(torch::Tensor& t);\n", {})
+    assert kernel_abi(tree) == "torch"
+    assert kernel_files(tree) == ["csrc/pos_encoding_kernels.cu"]
+    assert kernel_abi(tmp_path) is None
+    assert kernel_files(tmp_path) == []

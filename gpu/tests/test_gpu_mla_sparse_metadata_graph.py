@@ -82,6 +82,15 @@ def sparse_mla(rocm_sim, aiter_env, monkeypatch):
     monkeypatch.setattr(helpers.Batch, "common", common_on_cuda)
     topk = helpers.topk_indices
     monkeypatch.setattr(helpers, "topk_indices", lambda batch, seed: topk(batch, seed).cuda())
+    convert = mod.triton_convert_req_index_to_global_index
+
+    def convert_scheduled_rows(req_id, block_table, token_indices, *args, **kwargs):
+        # The helpers draw top-k indices for the padded batch; a builder that
+        # sizes req_id_per_token by the scheduled tokens (0.33.0) leaves the
+        # padding rows out, and its kernel checks that both agree.
+        return convert(req_id, block_table, token_indices[: req_id.shape[0]], *args, **kwargs)
+
+    monkeypatch.setattr(mod, "triton_convert_req_index_to_global_index", convert_scheduled_rows)
     return mod
 
 

@@ -242,6 +242,7 @@ CHANGES: tuple[Change, ...] = (
             "tests/rocm/aiter/test_rope_bf16_cache.py",
             "tests/rocm/aiter/test_rope_bf16_cache_hardening.py",
             "tests/rocm/aiter/test_rope_bf16_cache_reload.py",
+            "tests/rocm/aiter/test_rope_bf16_cache_in_place.py",
         ),
         why="a float32 cache (GPT-OSS) is cast once per rotary layer in every AITER decode graph",
         retire_when="the change once the oldest supported base is 0.23.0; the hardening "

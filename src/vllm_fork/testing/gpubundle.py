@@ -4,8 +4,9 @@ host that has a matching torch and no vLLM install.
 The bundle (a directory, about 30 MB; its gzipped tar about 15 MB):
 
 * ``tree/``: the materialized tree's Python package ``vllm/``, its rotary
-  kernel sources (``csrc/pos_encoding_kernels.cu`` and the headers it
-  includes) and the test modules that run (upstream's rotary kernel tests,
+  kernel sources (``csrc/pos_encoding_kernels.cu`` and the tree's headers it
+  includes, on the torch::Tensor API or the stable libtorch ABI) and the
+  test modules that run (upstream's rotary kernel tests,
   the series' own GPU kernel tests, with their helpers);
 * ``without/<n>/``: for each patch a test guards, the files of the tree as
   they are without that patch (at its parent commit) where they differ;
@@ -38,7 +39,8 @@ from vllm_fork.testing.forktests import PatchCommit, patch_commits, sim_dir
 log = logging.getLogger(__name__)
 
 GPU_DIR = "gpu"
-KERNEL_FILES = ("csrc/pos_encoding_kernels.cu", "csrc/cuda_compat.h", "csrc/dispatch_utils.h")
+KERNEL = "csrc/pos_encoding_kernels.cu"
+LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # Upstream's tests of the rotary op and layer, run unchanged, and their helpers.
 UPSTREAM_KERNEL_TESTS = (
     "tests/kernels/core/test_pos_encoding.py",
@@ -127,11 +129,36 @@ def _copy(src_root: Path, rel: str, dest_root: Path) -> bool:
     return True
 
 
-def _kernel_buildable(tree: Path) -> bool:
-    """The bundle's kernel binding needs the torch::Tensor API; trees whose
-    kernel uses the stable libtorch ABI are not built (their kernel runs skip)."""
-    kernel = tree / KERNEL_FILES[0]
-    return kernel.is_file() and "torch::stable" not in kernel.read_text()
+def kernel_files(tree: Path) -> list[str]:
+    """The rotary kernel's source and the tree's headers it includes,
+    transitively (``#include "..."`` found next to the including file or
+    under ``csrc/``), as paths relative to ``tree``; [] without a kernel."""
+    if not (tree / KERNEL).is_file():
+        return []
+    found: list[str] = []
+    todo = [KERNEL]
+    while todo:
+        rel = todo.pop()
+        if rel in found:
+            continue
+        found.append(rel)
+        text = (tree / rel).read_text(errors="replace")
+        for name in LOCAL_INCLUDE.findall(text):
+            for where in (Path(rel).parent / name, Path("csrc") / name):
+                if (tree / where).is_file():
+                    todo.append(where.as_posix())
+                    break
+    return sorted(found)
+
+
+def kernel_abi(tree: Path) -> str | None:
+    """``stable`` for a kernel written against the stable libtorch ABI
+    (``torch::stable``, 0.22.0 on), ``torch`` for one on the torch::Tensor
+    API, None without a kernel. The bundle builds either."""
+    kernel = tree / KERNEL
+    if not kernel.is_file():
+        return None
+    return "stable" if "torch::stable" in kernel.read_text() else "torch"
 
 
 def _overlay(tree: Path, commit: PatchCommit, dest: Path, paths: set[str]) -> int:
@@ -192,7 +219,7 @@ def _tree_files(tree: Path) -> set[str]:
         for p in (tree / "vllm").rglob("*")
         if p.is_file() and p.suffix in (".py", ".typed") and "__pycache__" not in p.parts
     }
-    return files | {f for f in KERNEL_FILES if (tree / f).is_file()}
+    return files | set(kernel_files(tree))
 
 
 def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12") -> dict:
@@ -215,7 +242,8 @@ def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12")
     info = out / "meta" / f"vllm-{base}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {base}\n")
-    kernel = _kernel_buildable(tree)
+    abi = kernel_abi(tree)
+    kernel = abi is not None
     fork_kernel_tests = sorted(
         {f for c in commits for f in c.test_files if FORK_KERNEL_TEST.fullmatch(f)}
     )
@@ -285,6 +313,7 @@ def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12")
         "series_head": head,
         "python": python_version,
         "kernel_built": kernel,
+        "kernel_abi": abi,
         "not_in_series": missing,
         "runs": [r.to_json() for r in runs],
     }
