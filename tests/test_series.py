@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ Origin: backport, https://github.com/vllm-project/vllm/pull/42409
 Bug: https://github.com/vllm-project/vllm/issues/1
 Forwarded: no
 Applied-Upstream: 0.22.0
+Fork-Patch: ar-rms-pack-gate
 ---
  vllm/_aiter_ops.py | 1 +
  1 file changed, 1 insertion(+)
@@ -54,6 +56,7 @@ def test_parse_header_fields(tmp_path: Path) -> None:
     assert header.bug == "https://github.com/vllm-project/vllm/issues/1"
     assert header.forwarded == "no"
     assert header.applied_upstream == "0.22.0"
+    assert header.patch_id == "ar-rms-pack-gate"
     assert header.body.startswith("The 1-stage kernel")
     validate_header(header)
 
@@ -102,3 +105,37 @@ def test_series_file_order_comments_and_errors(tmp_path: Path) -> None:
     write(d / "series", "../x.patch\n")
     with pytest.raises(SeriesError, match="not a plain file name"):
         read_series_file(d)
+
+
+def test_a_patch_without_an_id_is_valid_and_has_none(tmp_path: Path) -> None:
+    header = parse_patch(
+        write(tmp_path / "0001-x.patch", PATCH.replace("Fork-Patch: ar-rms-pack-gate\n", ""))
+    )
+    assert header.patch_id is None
+    validate_header(header)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PATCH_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+def test_every_committed_patch_has_one_stable_id() -> None:
+    """Each patch of every series names its logical patch once (Fork-Patch), ids are
+    unique within a series, and one id means one change and part on every base."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    problems: list[str] = []
+    for series_dir in sorted(p for p in (ROOT / "series").iterdir() if p.is_dir()):
+        ids: list[str] = []
+        for header in load_series(series_dir).headers:
+            values = header.values("Fork-Patch")
+            where = f"{series_dir.name}/{header.file}"
+            if len(values) != 1 or not PATCH_ID.fullmatch(values[0]):
+                problems.append(f"{where}: Fork-Patch {values!r}")
+                continue
+            ids.append(values[0])
+            first = seen.setdefault(values[0], (header.change, header.part, where))
+            if first[:2] != (header.change, header.part):
+                problems.append(f"{where}: {values[0]} is {first[:2]} in {first[2]}")
+        if len(ids) != len(set(ids)):
+            problems.append(f"{series_dir.name}: an id twice: {sorted(ids)}")
+    assert problems == []

@@ -17,11 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-FORK_PATCHES = (
-    "Key the sparse MLA work metadata reuse on exact KV lengths",
-    "Clear stale sparse MLA page indices past the KV end",
-    "Reuse sparse MLA work metadata only with exact",
-)
+FORK_PATCHES = ("Harden the sparse MLA work metadata reuse and tail fills",)
 
 pytestmark = pytest.mark.gpu
 

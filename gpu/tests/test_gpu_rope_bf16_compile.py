@@ -15,7 +15,6 @@ import torch
 FORK_PATCHES = (
     "Keep a bf16 copy of a non-bf16 rotary cache",
     "Only return the bf16 rotary cache copy while it matches",
-    "Refresh the bf16 rotary cache copy in place",
     "Refresh the rows of the bf16 rotary cache copy a compiled graph reads",
 )
 

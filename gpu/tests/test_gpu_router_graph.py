@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-FORK_PATCHES = ("Keep the router bias storage across weight reloads",)
+FORK_PATCHES = ("Narrow the router dtype only when the loaded bias survives it",)
 
 pytestmark = pytest.mark.gpu
 

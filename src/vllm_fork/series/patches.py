@@ -22,6 +22,7 @@ from vllm_fork.git import git_env, run_git
 from vllm_fork.series.forkversion import REVISION_FILE
 
 SERIES_FILE = "series"
+PATCH_ID_TRAILER = "Fork-Patch"
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
 KNOWN_TRAILERS = (
     *REQUIRED,
@@ -32,6 +33,8 @@ KNOWN_TRAILERS = (
     "Fork-Build",
     # the known-issue register entry (known-issues.toml) the patch fixes or mitigates
     "Fork-Fixes",
+    # the patch id: one per logical patch, the same on every base that carries it
+    PATCH_ID_TRAILER,
 )
 # ``Origin``: ``vendor`` (the fork's own work) or ``backport, <PR url>[, commit:<sha>]``;
 # ``Author``: one line per upstream author of a backport (series/credits.py checks both
@@ -72,6 +75,12 @@ class TrailerFields:
     @property
     def part(self) -> str:
         return self.get("Fork-Part") or ""
+
+    @property
+    def patch_id(self) -> str | None:
+        """The ``Fork-Patch`` id: the same for one logical patch on every base
+        (docs/series-format.md); None on a patch that has none."""
+        return self.get(PATCH_ID_TRAILER)
 
     @property
     def origin(self) -> str:
