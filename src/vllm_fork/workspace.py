@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_fork.config import Config
+from vllm_fork.series.store import stamp_paths as series_stamp_paths
 
 if TYPE_CHECKING:
     from vllm_fork.changes.known_issues import KnownIssue
@@ -46,13 +47,6 @@ def stamp(paths: list[Path]) -> Stamp:
             continue
         out.append((path.name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
-
-
-def _dir_stamp(directory: Path) -> Stamp:
-    try:
-        return stamp(sorted(directory.iterdir()))
-    except (FileNotFoundError, NotADirectoryError):
-        return ()
 
 
 @dataclass(frozen=True)
@@ -96,13 +90,13 @@ class Workspace(Config):
         return self.pins.get(version)
 
     def series(self, version: str, *, validate: bool = True) -> Series:
-        """The series of ``version`` (``series/<version>/``), read once (again only
+        """The series of ``version`` (series/store.py), read once (again only
         after a file of it changed)."""
         from vllm_fork.series.patches import load_series
 
         directory = self.series_dir(version)
         key = ("series", version, validate)
-        now = _dir_stamp(directory)
+        now = stamp(series_stamp_paths(self.series_root, version))
         held = self._loaded.get(key)
         if held is None or held[0] != now:
             log.debug(f"reading {directory}")

@@ -34,6 +34,7 @@ from vllm_fork.changes.state import (
     decide,
 )
 from vllm_fork.config import find_root
+from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
 
@@ -73,7 +74,7 @@ def base_cell(
 def readme_table(root: Path) -> str:
     """Per base that has a series (the default marked), the state of every change."""
     pins = load_pins(root / "bases.toml")
-    versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
+    versions = [v for v in pins.versions() if store.has_series(root / "series", v)]
     parts: dict[str, dict[str, list[str]]] = {}
     full_only: dict[str, set[str]] = {}
     for version in versions:

@@ -190,6 +190,42 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
     return 0
 
 
+def _series_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether series/ is stored once (exit 1 when a conversion would write)",
+    )
+
+
+def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.lock import dir_lock
+    from vllm_fork.series import store
+
+    root = config.series_root
+    with dir_lock(config.cache_dir, root):
+        bases = store.read_all(root)
+        before = store.figures(root)
+        if args.check:
+            legacy = [v for v in store.legacy_bases(root) if not store.in_index(root, v)]
+            wanted = store.render_index(bases).encode()
+            index = root / store.INDEX_FILE
+            current = index.read_bytes() if index.is_file() else b""
+            pool = root / store.POOL_DIR
+            have = {p.name for p in pool.iterdir()} if pool.is_dir() else set()
+            stale = legacy or current != wanted or have != set(store.plan_pool(bases))
+            print(f"{root}: {len(bases)} base(s), {'not ' if stale else ''}stored once")
+            return 1 if stale else 0
+        change = store.write_store(root, bases)
+    after = store.figures(root)
+    print(
+        f"{root}: {len(bases)} base(s); files {before['files']} -> {after['files']}, "
+        f"distinct contents {before['distinct']} -> {after['distinct']}, "
+        f"lines {before['lines']} -> {after['lines']}" + ("" if change.changed else " (unchanged)")
+    )
+    return 0
+
+
 # --- status ------------------------------------------------------------------------
 
 
@@ -368,7 +404,14 @@ COMMANDS: dict[str, Command] = {
         _materialize_run,
     ),
     "export": Command(
-        "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
+        "regenerate a base's series (series/index, series/pool/) from a work tree's commits",
+        _export_args,
+        _export_run,
+    ),
+    "series-store": Command(
+        "store series/ once (convert per-base series/<V>/ directories; idempotent)",
+        _series_store_args,
+        _series_store_run,
     ),
     "change": Command(
         "declare a change of your own in local-changes.toml (no Python needed)",

@@ -52,7 +52,6 @@ from __future__ import annotations
 import fcntl
 import re
 import shlex
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -93,8 +92,9 @@ from vllm_fork.rebase.state import (
     load_state,
     save_state,
 )
+from vllm_fork.series import store
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
-from vllm_fork.series.patches import SERIES_FILE, parse_patch, read_series_file
+from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
 from vllm_fork.tree.commits import read_commits, series_commits
@@ -222,16 +222,11 @@ def _old_series_names(series_dir: Path) -> dict[str, str]:
     """subject -> patch file name of the old series (for the report and the trailers)."""
     names: dict[str, str] = {}
     try:
-        files = read_series_file(series_dir)
+        series = load_series(series_dir, validate=False)
     except ForkError:
         return names
-    for name in files:
-        path = series_dir / name
-        if path.is_file():
-            try:
-                names.setdefault(parse_patch(path).subject, name)
-            except ForkError:
-                continue
+    for header in series.headers:
+        names.setdefault(header.subject, header.file)
     return names
 
 
@@ -289,7 +284,7 @@ def start_rebase(
     _check_versions(config, from_version, onto_version)
     new_series = config.series_dir(onto_version)
     if not force_series and (
-        (new_series / SERIES_FILE).exists() or any(new_series.glob("*.patch"))
+        store.has_series(config.series_root, onto_version) or any(new_series.glob("*.patch"))
     ):
         raise RebaseRefusedError(
             f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
@@ -490,24 +485,17 @@ def _step_finish(
         if p.result == ABSORBED
     ]
     if state.files_before is None:
-        state.files_before = _snapshot(
-            Path(state.series_dir), [old_series / a.patch for a in absorbed]
-        )
+        state.files_before = _snapshot(Path(state.series_dir), [])
         save_state(git_dir, state)
     faults.point("rebase.finish")
     # The rebase replaces the onto series on purpose (absorbed patches are recorded below).
     exported = export(config, tree, force=True)
     write_series_history(Path(state.series_dir), state.onto_version, absorbed)
-    updated = []
-    for entry in absorbed:
-        path = old_series / entry.patch
-        if (
-            not entry.by_hand
-            and entry.patch.endswith(".patch")
-            and path.is_file()
-            and add_applied_upstream(path, state.onto_version)
-        ):
-            updated.append(entry.patch)
+    updated = add_applied_upstream(
+        old_series,
+        [e.patch for e in absorbed if not e.by_hand and e.patch.endswith(".patch")],
+        state.onto_version,
+    )
     review = _write_review(config, tree, git_dir, state, log)
     clear_state(git_dir)
     return RebaseResult(state, exported.written, exported.removed, updated, review)
@@ -539,30 +527,43 @@ def _run(
     return _step_finish(config, tree, git_dir, state, log)
 
 
+def _store_files(series_dir: Path) -> list[Path]:
+    """The files of series/ that finishing may write: the index, the pool, and the
+    legacy files of the onto base (series/store.py)."""
+    root = series_dir.parent
+    files = [root / store.INDEX_FILE]
+    for directory in (root / store.POOL_DIR, series_dir):
+        if directory.is_dir():
+            files.extend(p for p in directory.iterdir() if p.is_file())
+    return files
+
+
 def _snapshot(series_dir: Path, files: list[Path]) -> dict[str, str | None]:
     """Contents (bytes as latin-1 text) of what finishing may write; None: absent."""
-    paths = {str(series_dir): None}
+    paths: dict[str, str | None] = {str(series_dir): None}
     if series_dir.is_dir():
         paths[str(series_dir)] = ""
-        files = [*files, *(p for p in series_dir.iterdir() if p.is_file())]
-    for path in files:
+    for path in [*files, *_store_files(series_dir)]:
         if path.is_file():
             paths[str(path)] = path.read_bytes().decode("latin-1")
     return paths
 
 
 def _restore_files(state: RebaseState) -> None:
-    """Undo what finishing wrote to series/<V2>/ and to the old series."""
+    """Undo what finishing wrote to series/ (the index, the pool, series/<V2>/)."""
     before = state.files_before
     if before is None:
         return
     series_dir = Path(state.series_dir)
-    if before.get(str(series_dir)) is None:
-        shutil.rmtree(series_dir, ignore_errors=True)
-    elif series_dir.is_dir():
-        for path in series_dir.iterdir():
-            if path.is_file() and str(path) not in before:
-                path.unlink()
+    for path in _store_files(series_dir):
+        if str(path) not in before:
+            path.unlink(missing_ok=True)
+    if (
+        before.get(str(series_dir)) is None
+        and series_dir.is_dir()
+        and not any(series_dir.iterdir())
+    ):
+        series_dir.rmdir()
     for name, text in before.items():
         path = Path(name)
         if name != str(series_dir) and text is not None:

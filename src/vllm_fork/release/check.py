@@ -33,7 +33,8 @@ from packaging.version import Version
 from vllm_fork import __version__
 from vllm_fork.config import KNOWN_ISSUES_FILE, Config
 from vllm_fork.errors import ForkError
-from vllm_fork.series.patches import SERIES_FILE
+from vllm_fork.series import store
+from vllm_fork.series.store import SERIES_FILE
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.gpuresults import last_gpu_run
 
@@ -74,7 +75,7 @@ def state_file(config: Config, version: str) -> Path:
 
 
 def has_series(config: Config, version: str) -> bool:
-    return (config.series_dir(version) / SERIES_FILE).is_file()
+    return store.has_series(config.series_root, version)
 
 
 def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> list[str]:
@@ -88,13 +89,17 @@ def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> li
 
 
 def _series_digest(config: Config, version: str) -> str | None:
-    directory = config.series_dir(version)
-    if not (directory / SERIES_FILE).is_file():
+    """sha256 of the base's series as applied (either layout, series/store.py) and
+    of the other files of series/<V>/ (``revision``)."""
+    base = store.read_base(config.series_root, version)
+    if base is None:
         return None
-    digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            digest.update(f"{path.relative_to(directory)}\0".encode() + path.read_bytes())
+    digest = hashlib.sha256(store.digest(base).encode())
+    directory = config.series_dir(version)
+    if directory.is_dir():
+        for path in sorted(directory.rglob("*")):
+            if path.is_file() and path.name != SERIES_FILE and path.suffix != ".patch":
+                digest.update(f"{path.relative_to(directory)}\0".encode() + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -2,7 +2,7 @@
 
 Two records, both written by a successful rebase:
 
-- the new series file gets one comment line per dropped patch,
+- the new series gets one comment line per dropped patch,
   ``# Applied-Upstream: <V2> <- <patch> (<change>, <part>): <why>``
   (``# Dropped-By-Hand: ...`` for a patch dropped with ``--skip``);
 - the patch in the old series (except one dropped with ``--skip``) gets
@@ -22,7 +22,8 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_fork.errors import SeriesError
 from vllm_fork.git import git_env, run_git
-from vllm_fork.series.patches import SERIES_FILE, parse_trailers
+from vllm_fork.series import store
+from vllm_fork.series.patches import parse_trailers
 
 TRAILER = "Applied-Upstream"
 COMMENT_PREFIX = f"# {TRAILER}: "
@@ -44,31 +45,25 @@ def _one_line(text: str) -> str:
 
 
 def write_series_history(series_dir: Path, version: str, absorbed: list[Absorbed]) -> None:
-    """Replace the ``# Applied-Upstream:`` comment block of ``series_dir/series``."""
-    series_file = series_dir / SERIES_FILE
-    lines = series_file.read_text().splitlines(keepends=True) if series_file.is_file() else []
+    """Replace the ``# Applied-Upstream:`` comment block of ``version``'s series
+    (``series_dir``: series/<V>; stored once, series/store.py)."""
+    root = series_dir.parent
+    base = store.read_base(root, series_dir.name) or store.BaseSeries()
     kept = [
         ln
-        for ln in lines
-        if not ln.startswith((COMMENT_PREFIX, SKIPPED_PREFIX)) and ln != HISTORY_HEADER
+        for ln in base.comments
+        if not ln.startswith((COMMENT_PREFIX, SKIPPED_PREFIX)) and ln != HISTORY_HEADER.rstrip("\n")
     ]
-    if not absorbed:
-        new = kept
-    else:
-        block = [HISTORY_HEADER] + [
-            f"{SKIPPED_PREFIX if a.by_hand else COMMENT_PREFIX}{version} <- {a.patch} "
-            f"({a.change}, {a.part}): "
-            f"{_one_line(a.reason)}\n"
-            for a in absorbed
-        ]
-        # After the leading comment lines (the file's header), before the patch names.
-        at = 0
-        while at < len(kept) and kept[at].startswith("#"):
-            at += 1
-        new = kept[:at] + block + kept[at:]
-    if new != lines:
-        series_dir.mkdir(parents=True, exist_ok=True)
-        series_file.write_text("".join(new))
+    block = [HISTORY_HEADER.rstrip("\n")] if absorbed else []
+    block += [
+        f"{SKIPPED_PREFIX if a.by_hand else COMMENT_PREFIX}{version} <- {a.patch} "
+        f"({a.change}, {a.part}): {_one_line(a.reason)}"
+        for a in absorbed
+    ]
+    comments = block + kept
+    if comments != base.comments:
+        base.comments = comments
+        store.update_base(root, series_dir.name, base)
 
 
 def _trailered(message: bytes, version: str) -> bytes:
@@ -98,32 +93,42 @@ def _is_earlier_or_same(recorded: str, version: str) -> bool:
         return False
 
 
-def add_applied_upstream(patch: Path, version: str) -> bool:
-    """Add ``Applied-Upstream: <version>`` to a format-patch file, or lower it.
-
-    An existing value naming ``version`` or an earlier release is kept: the
-    trailer records the first release with the change. Returns whether the
-    file changed. Only the commit message is touched: the mail headers and
-    everything from the ``---`` line on stay as they are.
-    """
-    data = patch.read_bytes()
+def with_applied_upstream(data: bytes, version: str, name: str) -> bytes:
+    """A format-patch file's bytes with ``Applied-Upstream: <version>`` added (or
+    lowered). An existing value naming ``version`` or an earlier release is
+    kept: the trailer records the first release with the change. Only the
+    commit message is touched: the mail headers and everything from the
+    ``---`` line on stay as they are."""
     head, sep, rest = data.partition(b"\n\n")
     if not sep:
-        raise SeriesError(f"{patch.name}: not a git format-patch file (no header end)")
+        raise SeriesError(f"{name}: not a git format-patch file (no header end)")
     if rest.startswith(b"---\n"):
         message, tail = b"", rest
     else:
         marker = rest.find(b"\n---\n")
         if marker < 0:
-            raise SeriesError(f"{patch.name}: no '---' line after the commit message")
+            raise SeriesError(f"{name}: no '---' line after the commit message")
         message, tail = rest[: marker + 1], rest[marker + 1 :]
     recorded = dict(parse_trailers(message.decode("utf-8", errors="replace"))).get(TRAILER)
     if recorded and _is_earlier_or_same(recorded.strip(), version):
-        return False
-    new = head + sep + _trailered(message, version) + tail
-    if new == data:
-        return False
-    tmp = patch.with_name(patch.name + ".tmp")
-    tmp.write_bytes(new)
-    tmp.replace(patch)
-    return True
+        return data
+    return head + sep + _trailered(message, version) + tail
+
+
+def add_applied_upstream(series_dir: Path, names: list[str], version: str) -> list[str]:
+    """Add ``Applied-Upstream: <version>`` to the patches ``names`` of the series
+    in ``series_dir`` (series/<V>); returns the names whose content changed."""
+    root = series_dir.parent
+    base = store.read_base(root, series_dir.name)
+    if base is None:
+        return []
+    changed: list[str] = []
+    for i, name in enumerate(base.names):
+        if name in names:
+            new = with_applied_upstream(base.contents[i], version, name)
+            if new != base.contents[i]:
+                base.contents[i] = new
+                changed.append(name)
+    if changed:
+        store.update_base(root, series_dir.name, base)
+    return changed

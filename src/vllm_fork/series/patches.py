@@ -8,7 +8,6 @@ commit message, read with ``git interpret-trailers --parse``.
 from __future__ import annotations
 
 import email
-import hashlib
 import email.policy
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -18,8 +17,10 @@ from vllm_fork.changes.registry import COMMIT_PREFIX
 from vllm_fork.changes.state import PARTS
 from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
+from vllm_fork.series import store
+from vllm_fork.series.store import SERIES_FILE, read_series_file
 
-SERIES_FILE = "series"
+__all__ = ["SERIES_FILE", "read_series_file"]
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
 KNOWN_TRAILERS = (
     *REQUIRED,
@@ -210,33 +211,12 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
         )
 
 
-def read_series_file(series_dir: Path) -> list[str]:
-    """Patch file names in order; an absent series directory is an empty series."""
-    series_file = series_dir / SERIES_FILE
-    if not series_dir.exists():
-        return []
-    if not series_file.is_file():
-        if any(series_dir.glob("*.patch")):
-            raise SeriesError(f"{series_dir} has patches but no {SERIES_FILE} file")
-        return []
-    names: list[str] = []
-    for lineno, line in enumerate(series_file.read_text().splitlines(), 1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        if "/" in entry or entry in (".", ".."):
-            raise SeriesError(f"{series_file}:{lineno}: {entry!r} is not a plain file name")
-        if entry in names:
-            raise SeriesError(f"{series_file}:{lineno}: {entry} is listed twice")
-        names.append(entry)
-    return names
-
-
 @dataclass(frozen=True)
 class Series:
-    directory: Path
-    patches: tuple[Path, ...]
+    directory: Path  # series/<V> (its optional ``revision`` file)
+    patches: tuple[Path, ...]  # files named as in the series (a private copy when stored once)
     headers: tuple[PatchHeader, ...]
+    comments: tuple[str, ...] = ()  # the series' '#' lines (Applied-Upstream history)
 
     def carrying(self, change: str) -> list[str]:
         return [h.file for h in self.headers if h.change == change]
@@ -250,37 +230,36 @@ class Series:
         kept = [
             (p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files
         ]
-        return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
+        return Series(
+            self.directory,
+            tuple(p for p, _ in kept),
+            tuple(h for _, h in kept),
+            self.comments,
+        )
 
     def digest(self) -> str:
-        """sha256 over the series file and the patches in order (names and bytes)."""
-        digest = hashlib.sha256()
-        for name in ("", *[p.name for p in self.patches]):
-            path = self.directory / (name or SERIES_FILE)
-            data = path.read_bytes() if path.is_file() else b""
-            digest.update(f"{name}\0{len(data)}\0".encode())
-            digest.update(data)
-        return digest.hexdigest()
+        """sha256 over the series as applied: comment lines, patch names and bytes
+        (the same for either layout, series/store.py)."""
+        return store.digest(
+            store.BaseSeries(
+                [store.stem_of(p.name) for p in self.patches],
+                [p.read_bytes() for p in self.patches],
+                list(self.comments),
+            )
+        )
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:
-    """Read and validate a base's series (patch files must exist and have headers)."""
-    names = read_series_file(series_dir)
-    patches: list[Path] = []
+    """Read and validate a base's series (``series_dir``: series/<V>), from the
+    stored-once index or the legacy per-base directory (series/store.py)."""
+    base = store.read_base(series_dir.parent, series_dir.name)
+    if base is None:
+        return Series(series_dir, (), ())
+    _, paths = store.expand(base)
     headers: list[PatchHeader] = []
-    for name in names:
-        path = series_dir / name
-        if not path.is_file():
-            raise SeriesError(f"{series_dir / SERIES_FILE} lists {name}, which does not exist")
+    for path in paths:
         header = parse_patch(path)
         if validate:
             validate_header(header)
-        patches.append(path)
         headers.append(header)
-    listed = set(names)
-    strays = sorted(p.name for p in series_dir.glob("*.patch") if p.name not in listed)
-    if strays:
-        raise SeriesError(
-            f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
-        )
-    return Series(series_dir, tuple(patches), tuple(headers))
+    return Series(series_dir, tuple(paths), tuple(headers), tuple(base.comments))
