@@ -276,7 +276,7 @@ def contract(pkg: Package, names: dict[str, list[str]]) -> dict[str, Any]:
 
 def base_pins(upstream_git: Path, versions: list[str]) -> dict[str, dict[str, Any]]:
     from vllm_fork.probes.rocm_pins import aiter_pin, amdsmi_imports
-    from vllm_fork.probes.trees import GitTree
+    from vllm_fork.sourcetree import GitTree
 
     pins = {}
     for v in versions:

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_fork.provenance import PACKAGE_PATH, dumps
+from vllm_fork.build.provenance import PACKAGE_PATH, dumps
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import FilePin, load_pins, save_pins
 from vllm_fork.tree.export import export

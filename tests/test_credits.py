@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes import registry
-from vllm_fork.provenance import upstream_pr
+from vllm_fork.build.provenance import upstream_pr
+from vllm_fork.facts import registry
 from vllm_fork.series import credits
 from vllm_fork.series.patches import load_series, origin_fields, parse_patch, validate_header
 

@@ -11,7 +11,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vllm_fork.build.verify import verify_wheel
-from vllm_fork.changes import registry
 from vllm_fork.cli.main import main
 from vllm_fork.deploy import file_sha256, sidecar, write_release_files
 from vllm_fork.deploy.attestation import SUFFIX as PROV
@@ -20,6 +19,7 @@ from vllm_fork.deploy.notes import SUFFIX as NOTES
 from vllm_fork.deploy.notes import make_notes
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.deploy.sbom import validate
+from vllm_fork.facts import registry
 from vllm_fork.probes import Finding
 
 from .buildutil import make_series, pin_upstream_wheel, python_patch

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.provenance import PACKAGE_PATH, make_record
+from vllm_fork.build.provenance import PACKAGE_PATH, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes import known_issues as ki
-from vllm_fork.changes import registry
 from vllm_fork.cli.main import main
 from vllm_fork.errors import ConfigError
+from vllm_fork.facts import known_issues as ki
+from vllm_fork.facts import registry
 from vllm_fork.release import check
 
 from .gitutil import IDENTITY

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes import registry
+from vllm_fork.facts import registry
 from vllm_fork.probes import (
     DirTree,
     Finding,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes.registry import change_ids
 from vllm_fork.cli.main import main
 from vllm_fork.errors import UnknownVersionError
+from vllm_fork.facts.registry import change_ids
 from vllm_fork.probes import Finding
-from vllm_fork.rebase import matrix as matrix_mod
-from vllm_fork.rebase.matrix import compute_matrix, format_matrix
+from vllm_fork.reports import matrix as matrix_mod
+from vllm_fork.reports.matrix import compute_matrix, format_matrix
 
 try:
     from .rebase_support import (

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes import status as status_mod
-from vllm_fork.changes.lifecycle import retirement
-from vllm_fork.changes.registry import change_ids
-from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.cli.main import main
+from vllm_fork.facts.lifecycle import retirement
+from vllm_fork.facts.registry import change_ids
 from vllm_fork.probes import Finding, SourceTree
 from vllm_fork.rebase.engine import RebaseConflict, continue_rebase, start_rebase
+from vllm_fork.reports import status as status_mod
+from vllm_fork.reports.status import compute_status, format_status
 from vllm_fork.tree.materialize import materialize
 
 from .rebase_support import (

@@ -8,7 +8,7 @@ import pytest
 
 from vllm_fork.errors import SeriesError
 from vllm_fork.rebase.conflicts import parse_markers
-from vllm_fork.rebase.matrix import find_moves, retarget
+from vllm_fork.reports.matrix import find_moves, retarget
 from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
 from vllm_fork.series.patches import parse_patch
 

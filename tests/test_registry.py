@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
+from vllm_fork.build.provenance import format_record, make_record
 from vllm_fork.build.rules import touched_paths
-from vllm_fork.changes import registry, tables
-from vllm_fork.changes.state import decide
-from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.errors import ForkError
+from vllm_fork.facts import registry
+from vllm_fork.facts.state import decide
 from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe
-from vllm_fork.provenance import format_record, make_record
-from vllm_fork.rebase.matrix import compute_matrix, format_matrix
+from vllm_fork.reports import tables
+from vllm_fork.reports.matrix import compute_matrix, format_matrix
+from vllm_fork.reports.status import compute_status, format_status
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.testing.forktests import is_test_module
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_document_tables_are_the_generated_ones() -> None:
     """README.md and docs/changes.md carry exactly the registry's tables
-    (regenerate with `python -m vllm_fork.changes.tables --write`)."""
+    (regenerate with `python -m vllm_fork.reports.tables --write`)."""
     assert tables.stale(ROOT) == []
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.build.provenance import PACKAGE_PATH, loads
 from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import load_config
 from vllm_fork.probes import GitTree
 from vllm_fork.probes.rocm_pins import aiter_pin
-from vllm_fork.provenance import PACKAGE_PATH, loads
 from vllm_fork.sources.pins import load_pins, save_pins
 from vllm_fork.sources.upstream import tag_for
 

@@ -249,8 +249,8 @@ def rocm_record() -> dict:
 
 
 def test_rocm_facts_in_record_sbom_statement_and_notes() -> None:
+    from vllm_fork.build.provenance import Provenance, format_record
     from vllm_fork.deploy import attestation, notes, sbom
-    from vllm_fork.provenance import Provenance, format_record
 
     record = rocm_record()
     parsed = Provenance.from_json(record)

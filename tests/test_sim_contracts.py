@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.probes.rocm_pins import aiter_pin, amdsmi_imports, dockerfile_args
-from vllm_fork.probes.trees import DirTree
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sourcetree import DirTree
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "sim"))
@@ -167,7 +167,7 @@ def test_fake_reproduces_golden_outputs():
 def test_recorded_pins_are_what_the_cached_trees_say():
     """bases.json is generated from the trees; where the tool's cache holds a
     base's upstream tag, the recorded pin and amdsmi names must still be its."""
-    from vllm_fork.probes.trees import GitTree
+    from vllm_fork.sourcetree import GitTree
 
     repo = Path.home() / ".cache" / "vllm-fork" / "upstream.git"
     bases = contracts.load("bases.json")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.changes import status as status_mod
-from vllm_fork.changes.status import compute_status, format_status
 from vllm_fork.probes import Finding, SourceTree
+from vllm_fork.reports import status as status_mod
+from vllm_fork.reports.status import compute_status, format_status
 
 from .buildutil import full_csrc_patch
 from .buildutil import make_series as make_series_of

@@ -11,7 +11,7 @@ from vllm_fork.cache import ENV_CACHE, CacheLayout, default_cache_dir
 from vllm_fork.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
-    from vllm_fork.workspace import Workspace
+    from vllm_fork.sources.workspace import Workspace
 
 __all__ = [
     "ENV_CACHE",
@@ -110,7 +110,7 @@ def load_config(
     """The workspace of one command: the configuration, with pins, series and the
     fetcher loaded on first use. ``offline`` is also switched on by
     ``$VLLM_FORK_OFFLINE``."""
-    from vllm_fork.workspace import Workspace
+    from vllm_fork.sources.workspace import Workspace
 
     return Workspace(
         root=root.resolve() if root else find_root(),

@@ -33,18 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
-from vllm_fork.errors import ForkError
-from vllm_fork.git import run_git
-from vllm_fork.provenance import (
+from vllm_fork.build.provenance import (
     PACKAGE_PATH,
     Provenance,
     ProvenanceError,
     from_wheel,
     left_out_files,
 )
+from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
+from vllm_fork.errors import ForkError
+from vllm_fork.git import run_git
 from vllm_fork.sources.pins import Base, FilePin
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

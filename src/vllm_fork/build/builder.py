@@ -40,18 +40,18 @@ from vllm_fork.build.env import (
 )
 from vllm_fork.build.options import check_sources
 from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build, read_backend
+from vllm_fork.build.provenance import PACKAGE_PATH, make_record, write_into_tree
 from vllm_fork.build.rules import left_out_of, precompiled_conflicts, refusal_message
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.git import git_out, run_git
 from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
-from vllm_fork.provenance import PACKAGE_PATH, make_record, write_into_tree
 from vllm_fork.series.forkversion import fork_version, series_revision
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import sha256_file
 from vllm_fork.sources.pins import Base, FilePin, RocmPin
 from vllm_fork.sources.rocm import base_aiter, ensure_rocm_wheel
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 DOCKERFILE_HINT = (
     "For a container build on a ROCm build host: `vllm-fork materialize DIR`, then "

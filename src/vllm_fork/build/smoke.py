@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.build.inside import script
+from vllm_fork.build.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
 from vllm_fork.build.wheelfile import Wheel, format_findings
-from vllm_fork.changes.state import PART_CHANGE, carries
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
-from vllm_fork.probes.finding import UNPROBED
-from vllm_fork.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
+from vllm_fork.facts.finding import UNPROBED
+from vllm_fork.facts.state import PART_CHANGE, carries
 
 
 class SmokeFailed(ForkError):

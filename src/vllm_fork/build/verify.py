@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.rules import left_out_of
-from vllm_fork.build.wheelfile import Wheel, WheelError, format_findings
-from vllm_fork.errors import ForkError
-from vllm_fork.provenance import (
+from vllm_fork.build.provenance import (
     PACKAGE_PATH,
     MalformedRecord,
     PatchEntry,
@@ -37,6 +34,9 @@ from vllm_fork.provenance import (
     make_record,
     parse,
 )
+from vllm_fork.build.rules import left_out_of
+from vllm_fork.build.wheelfile import Wheel, WheelError, format_findings
+from vllm_fork.errors import ForkError
 from vllm_fork.series.forkversion import (
     NOFULL,
     fork_version,
@@ -44,7 +44,7 @@ from vllm_fork.series.forkversion import (
     rocm_variant,
     series_revision,
 )
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
 

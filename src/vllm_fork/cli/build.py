@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
 from vllm_fork.errors import UsageError
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

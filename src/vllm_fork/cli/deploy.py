@@ -73,8 +73,8 @@ def _known_issues_of(config: Config, record: dict) -> dict | None:
     import hashlib
     import logging
 
-    from vllm_fork.changes.status import compute_status
     from vllm_fork.errors import ForkError
+    from vllm_fork.reports.status import compute_status
 
     version = record["base"]["version"]
     try:
@@ -91,11 +91,11 @@ def _known_issues_of(config: Config, record: dict) -> dict | None:
 
 
 def notes_run(args: argparse.Namespace, config: Config) -> int:
+    from vllm_fork.build.provenance import from_wheel
     from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.deploy import file_sha256, previous_record
     from vllm_fork.deploy.notes import make_notes
     from vllm_fork.errors import ForkError, UsageError
-    from vllm_fork.provenance import from_wheel
 
     def record_of(path: Path) -> dict:
         try:

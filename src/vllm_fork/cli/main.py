@@ -2,7 +2,7 @@
 
 Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
 run); a later subcommand is one more entry. Each command gets the one
-:class:`~vllm_fork.workspace.Workspace` of its run (pins, series, cache
+:class:`~vllm_fork.sources.workspace.Workspace` of its run (pins, series, cache
 layout and fetcher, each loaded once) and passes it down.
 """
 
@@ -36,7 +36,7 @@ from vllm_fork.cli.release import (
 )
 from vllm_fork.config import ENV_CACHE, load_config
 from vllm_fork.errors import CacheError, ForkError, UsageError
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def _status_args(p: argparse.ArgumentParser) -> None:
 
 
 def _status_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.changes.status import compute_status, format_status
+    from vllm_fork.reports.status import compute_status, format_status
 
     report = compute_status(config, args.base, args.tree)
     if args.json:
@@ -323,7 +323,7 @@ def _change_args(p: argparse.ArgumentParser) -> None:
 
 
 def _change_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.changes import registry
+    from vllm_fork.facts import registry
 
     path = config.root / registry.LOCAL_FILE
     before = path.read_text(encoding="utf-8") if path.is_file() else ""

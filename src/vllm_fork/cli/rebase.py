@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vllm_fork.errors import UsageError
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 
 def rebase_args(p: argparse.ArgumentParser) -> None:
@@ -151,8 +151,8 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
 
 def _issue_states(config: Workspace, versions: list[str], log) -> dict:
     """Per release, the known-issue states with its own series (or why not)."""
-    from vllm_fork.changes.status import base_issue_states
     from vllm_fork.errors import ForkError, SeriesError
+    from vllm_fork.reports.status import base_issue_states
 
     out: dict = {}
     if not config.known_issues:
@@ -169,8 +169,8 @@ def _issue_states(config: Workspace, versions: list[str], log) -> dict:
 
 
 def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.changes.status import format_issue_matrix
-    from vllm_fork.rebase.matrix import compute_matrix, format_matrix
+    from vllm_fork.reports.matrix import compute_matrix, format_matrix
+    from vllm_fork.reports.status import format_issue_matrix
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

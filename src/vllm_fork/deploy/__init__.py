@@ -46,8 +46,8 @@ class ReleaseFiles:
 
 def previous_record(wheel: Path) -> dict[str, Any] | None:
     """The record of the newest older fork wheel of the same base beside ``wheel``."""
+    from vllm_fork.build.provenance import from_wheel
     from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.provenance import from_wheel
     from vllm_fork.series.forkversion import check_fork_version
 
     _, version, _, _ = parse_wheel_filename(wheel.name)
@@ -253,8 +253,8 @@ def after_build(
 def built_issue_states(config: Any, version: str, built: Any) -> dict[str, dict[str, Any]] | None:
     """Each known issue on a built tree (None when the pristine base is not in the
     cache, so "fixed upstream" and "fixed by fork" cannot be told apart)."""
-    from vllm_fork.changes.status import known_issue_states, series_fixes
     from vllm_fork.probes import GitTree
+    from vllm_fork.reports.status import known_issue_states, series_fixes
     from vllm_fork.sources.upstream import imported_sha256, tag_for
 
     if imported_sha256(config.upstream_repo, version) is None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_fork.changes import registry
-from vllm_fork.changes.state import CARRIED, LEGEND, carries, decide
+from vllm_fork.facts import registry
+from vllm_fork.facts.state import CARRIED, LEGEND, carries, decide
 
 SUFFIX = ".notes.md"
 NOT_IN_BUILD = "not in this build (full build only)"

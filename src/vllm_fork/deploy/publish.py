@@ -203,8 +203,8 @@ def previous_published(
 
     from packaging.utils import parse_wheel_filename
 
+    from vllm_fork.build.provenance import from_wheel
     from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.provenance import from_wheel
     from vllm_fork.series.forkversion import check_fork_version
 
     session = session or requests.Session()

@@ -7,14 +7,14 @@ an environment switch), not for exact upstream text, so both upstream's version
 of a change and ours are recognised.
 
 Which probe decides which change, and the change's hardening items, come
-from the change registry (vllm_fork.changes.registry).
+from the change registry (vllm_fork.facts.registry).
 """
 
 from __future__ import annotations
 
-from vllm_fork.changes import registry
-from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
-from vllm_fork.probes.trees import DirTree, GitTree, SourceTree
+from vllm_fork.facts import registry
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.sourcetree import DirTree, GitTree, SourceTree
 
 
 def probe(change_id: str, tree: SourceTree) -> Finding:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
 from vllm_fork.probes import pyast
-from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 AITER_OPS = "vllm/_aiter_ops.py"
 IMPL = "_rocm_aiter_fused_allreduce_rmsnorm_impl"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
 from vllm_fork.probes import pyast
-from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 AITER_OPS = "vllm/_aiter_ops.py"

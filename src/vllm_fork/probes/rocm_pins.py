@@ -20,7 +20,7 @@ from typing import Protocol
 from dockerfile_parse import DockerfileParser
 
 from vllm_fork.probes.pyast import parse
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 log = logging.getLogger(__name__)
 

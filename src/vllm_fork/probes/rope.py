@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 import re
 
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
 from vllm_fork.probes import cuda, pyast
-from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 KERNEL_PATHS = (
     "csrc/pos_encoding_kernels.cu",

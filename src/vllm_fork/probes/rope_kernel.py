@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
 from vllm_fork.probes import cuda
-from vllm_fork.probes.finding import ABSENT, NA, PRESENT, Finding
 from vllm_fork.probes.rope import _kernel_source as kernel_source
 from vllm_fork.probes.rope import probe_rope_cache_dtype
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 # a kernel's template head: template <...> __global__ void name(, with launch
 # bounds or an upper-case attribute macro (ROPE_LAUNCH_BOUNDS) before or after void

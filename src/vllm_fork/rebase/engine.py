@@ -44,7 +44,7 @@ so that ``--continue`` and ``--abort`` work after a stop or a crash):
    Markdown and JSON.
 
 A patch that stops on a conflict although upstream V2 already has what it
-brings (changes/lifecycle.py: retire-ready) is proposed for ``--skip``.
+brings (facts/lifecycle.py: retire-ready) is proposed for ``--skip``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork import faults
-from vllm_fork.changes.lifecycle import retirement
 from vllm_fork.config import recorded_workspace
 from vllm_fork.errors import (
     ForkError,
@@ -68,6 +67,7 @@ from vllm_fork.errors import (
     UsageError,
     WorkTreeError,
 )
+from vllm_fork.facts.lifecycle import retirement
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
 from vllm_fork.rebase.conflicts import (
     FileConflict,
@@ -97,10 +97,10 @@ from vllm_fork.series.history import Absorbed, add_applied_upstream, write_serie
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import read_commits, series_commits
 from vllm_fork.tree.materialize import BASE_KEY, materialize, tree_repository
 from vllm_fork.tree.stacking import import_ref, stack_upstream
-from vllm_fork.workspace import Workspace
 
 BACKUP_PREFIX = "refs/vllm-fork/pre-rebase/"
 LOCK_FILE = "vllm-fork-rebase.lock"

@@ -289,9 +289,9 @@ def pytest_args(tree: Path) -> list[str]:
 def step_known_issues(ctx: Context) -> dict[str, Any]:
     """Each entry of the known-issue register on the materialized tree; a base
     with an AFFECTED entry fails."""
-    from vllm_fork.changes.known_issues import AFFECTED, FIXES_TRAILER, affected
-    from vllm_fork.changes.status import known_issue_states
+    from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
     from vllm_fork.probes import DirTree, GitTree
+    from vllm_fork.reports.status import known_issue_states
     from vllm_fork.sources.upstream import tag_for
     from vllm_fork.tree.commits import series_commits
 
@@ -538,7 +538,7 @@ def _cell(value: Any) -> str:
 
 def issues_cell(states: dict[str, str] | None) -> str:
     """``none affected (N)``, or the AFFECTED entries; ``-`` when not checked."""
-    from vllm_fork.changes.known_issues import AFFECTED
+    from vllm_fork.facts.known_issues import AFFECTED
 
     if states is None:
         return "-"

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_fork import log as messages
-from vllm_fork.changes import registry
+from vllm_fork.facts import registry
 from vllm_fork.config import find_root
 from vllm_fork.errors import ForkError, SeriesError
 from vllm_fork.git import FORK_EMAIL, FORK_NAME

@@ -13,8 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.changes.registry import COMMIT_PREFIX
-from vllm_fork.changes.state import PARTS
+from vllm_fork.facts.registry import COMMIT_PREFIX
+from vllm_fork.facts.state import PARTS
 from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series import store
@@ -46,7 +46,7 @@ BUILD_VALUES = (BUILD_FULL, BUILD_ANY)
 
 
 def known_changes() -> tuple[str, ...]:
-    from vllm_fork.changes import registry
+    from vllm_fork.facts import registry
 
     return registry.header_ids()
 

@@ -246,7 +246,7 @@ def base_aiter(config: Config, version: str) -> str | None:
     from vllm_fork.probes import GitTree
     from vllm_fork.probes.rocm_pins import aiter_pin
     from vllm_fork.sources.upstream import ensure_upstream, tag_for
-    from vllm_fork.workspace import Workspace
+    from vllm_fork.sources.workspace import Workspace
 
     if isinstance(config, Workspace):
         ensure_upstream(config, config.base(version))

@@ -34,7 +34,7 @@ from vllm_fork.lock import cache_lock, owned_tempdir
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base
 from vllm_fork.sources.unpack import safe_extract
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 UPSTREAM_NAME = "vLLM upstream"
 UPSTREAM_EMAIL = "vllm-upstream@users.noreply.github.com"

@@ -34,9 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.changes.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.config import find_root
 from vllm_fork.errors import ConfigError, ForkError, WorkTreeError
+from vllm_fork.facts.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.git import run_git
 from vllm_fork.tree.commits import series_commits
 

@@ -31,7 +31,7 @@ from vllm_fork.errors import (
 from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

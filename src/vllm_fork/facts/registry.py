@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 if TYPE_CHECKING:
-    from vllm_fork.probes.finding import Finding
-    from vllm_fork.probes.trees import SourceTree
+    from vllm_fork.facts.finding import Finding
+    from vllm_fork.sourcetree import SourceTree
 
 PR_URL = "https://github.com/vllm-project/vllm/pull/"
 # Patch headers write an upstream commit as ``commit:<sha>`` (DEP-3's commit notation).
@@ -384,7 +384,7 @@ _local_cache: dict[Path, tuple[tuple[int, int], tuple[Change, ...]]] = {}
 
 
 def _local_probe(tree: SourceTree) -> Finding:
-    from vllm_fork.probes.finding import UNPROBED, Finding
+    from vllm_fork.facts.finding import UNPROBED, Finding
 
     return Finding(UNPROBED, "a local change (no probe): carried where its patches are")
 

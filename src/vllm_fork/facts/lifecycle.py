@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fork.changes import registry
-from vllm_fork.changes.state import PART_CHANGE, PART_HARDENING
-from vllm_fork.probes.finding import PRESENT
+from vllm_fork.facts import registry
+from vllm_fork.facts.finding import PRESENT
+from vllm_fork.facts.state import PART_CHANGE, PART_HARDENING
 
 CARRIED = "carried"
 RETIRE_READY = "retire-ready"

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vllm_fork.probes.finding import NA as PROBE_NA
-from vllm_fork.probes.finding import PRESENT, UNPROBED
+from vllm_fork.facts.finding import NA as PROBE_NA
+from vllm_fork.facts.finding import PRESENT, UNPROBED
 
 UPSTREAM = "upstream"
 CARRIED = "carried"

@@ -2,15 +2,15 @@
 
 Each table sits between two marker lines in its document::
 
-    <!-- generated: python -m vllm_fork.changes.tables --write (readme) -->
+    <!-- generated: python -m vllm_fork.reports.tables --write (readme) -->
     ...
     <!-- end generated -->
 
-``python -m vllm_fork.changes.tables`` prints the tables, ``--write``
+``python -m vllm_fork.reports.tables`` prints the tables, ``--write``
 rewrites them in place, ``--check`` exits 1 when a document's table differs
 from the generated one (the tool's tests run the same check).
 
-The README's per-base cells apply the state rule (vllm_fork.changes.state)
+The README's per-base cells apply the state rule (vllm_fork.facts.state)
 to what the registry declares for each pristine release and to the patches
 of ``series/<V>/``.
 """
@@ -24,8 +24,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_fork.changes import registry
-from vllm_fork.changes.state import (
+from vllm_fork.config import find_root
+from vllm_fork.facts import registry
+from vllm_fork.facts.state import (
     CARRIED,
     PART_CHANGE,
     PART_HARDENING,
@@ -33,7 +34,6 @@ from vllm_fork.changes.state import (
     UPSTREAM,
     decide,
 )
-from vllm_fork.config import find_root
 from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 README = "README.md"
 CHANGES_DOC = "docs/changes.md"
-_BEGIN = "<!-- generated: python -m vllm_fork.changes.tables --write ({name}) -->"
+_BEGIN = "<!-- generated: python -m vllm_fork.reports.tables --write ({name}) -->"
 _END = "<!-- end generated -->"
 
 
@@ -204,10 +204,10 @@ def known_issues_table(root: Path) -> str:
     """The register (one row per entry) and each entry's state on every base with
     its series, probed from the cached upstream sources; a release not in the
     cache keeps the README's cell (``--write --fetch`` fetches it)."""
-    from vllm_fork.changes.known_issues import ref_url
-    from vllm_fork.changes.status import base_issue_states
     from vllm_fork.config import load_config
     from vllm_fork.errors import ForkError
+    from vllm_fork.facts.known_issues import ref_url
+    from vllm_fork.reports.status import base_issue_states
     from vllm_fork.sources.upstream import imported_sha256
 
     config = load_config(root=root, offline=not FETCH_MISSING)
@@ -281,7 +281,7 @@ def stale(root: Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_fork.changes.tables",
+        prog="python -m vllm_fork.reports.tables",
         description="Print, check or rewrite the change tables of README.md and docs/changes.md.",
     )
     mode = parser.add_mutually_exclusive_group()

@@ -26,7 +26,7 @@ from vllm_fork.config import Config
 from vllm_fork.series.store import stamp_paths as series_stamp_paths
 
 if TYPE_CHECKING:
-    from vllm_fork.changes.known_issues import KnownIssue
+    from vllm_fork.facts.known_issues import KnownIssue
     from vllm_fork.series.patches import Series
     from vllm_fork.sources.fetch import Fetcher
     from vllm_fork.sources.pins import Base, Pins
@@ -72,8 +72,8 @@ class Workspace(Config):
     @property
     def known_issues(self) -> tuple[KnownIssue, ...]:
         """``known-issues.toml``, parsed once (again only after the file changed)."""
-        from vllm_fork.changes import registry
-        from vllm_fork.changes.known_issues import load_register
+        from vllm_fork.facts import registry
+        from vllm_fork.facts.known_issues import load_register
 
         now = stamp([self.known_issues_file])
         held = self._loaded.get("known_issues")

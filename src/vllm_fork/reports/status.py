@@ -18,8 +18,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from vllm_fork.changes import registry
-from vllm_fork.changes.known_issues import (
+from vllm_fork.errors import ForkError, PatchFailedError, SeriesError, UsageError
+from vllm_fork.facts import registry
+from vllm_fork.facts.known_issues import (
     AFFECTED,
     FIXED_FORK,
     FIXED_UPSTREAM,
@@ -30,9 +31,8 @@ from vllm_fork.changes.known_issues import (
     decide_all,
     fixing_patches,
 )
-from vllm_fork.changes.lifecycle import PatchLife, Retirement, retirement
-from vllm_fork.changes.state import CARRIED, MISSING, NA, UPSTREAM, decide
-from vllm_fork.errors import ForkError, PatchFailedError, SeriesError, UsageError
+from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
+from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
 from vllm_fork.probes.rocm_pins import aiter_pin
@@ -40,8 +40,8 @@ from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, Pins
 from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
+from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import series_commits, tree_base
-from vllm_fork.workspace import Workspace
 
 __all__ = ["CARRIED", "MISSING", "NA", "UPSTREAM", "compute_status", "format_status"]
 
@@ -236,7 +236,7 @@ def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
 def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[str, Finding]:
     """The probes' findings on pristine upstream ``base``, cached in ``<cache>/probes``
     keyed by the sdist and the probe code (a release's sources never change)."""
-    from vllm_fork.rebase.matrix import code_hash
+    from vllm_fork.reports.matrix import code_hash
 
     key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()
     path = config.cache.probe_findings(base.version, key)

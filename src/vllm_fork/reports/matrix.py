@@ -30,16 +30,16 @@ from typing import Any
 
 from packaging.version import Version
 
-from vllm_fork.changes import registry
-from vllm_fork.changes.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
+from vllm_fork.facts import registry
+from vllm_fork.facts.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
-from vllm_fork.workspace import Workspace
+from vllm_fork.sources.workspace import Workspace
 
 P_APPLIED = "applied"
 P_ABSORBED = "absorbed"
@@ -152,7 +152,7 @@ def code_hash() -> str:
     """Hash of the code a row depends on: this module, the change registry, the
     state rule and the probes."""
     from vllm_fork import probes
-    from vllm_fork.changes import state
+    from vllm_fork.facts import state
 
     files = [Path(__file__), Path(registry.__file__), Path(state.__file__)]
     probes_path = Path(probes.__file__)

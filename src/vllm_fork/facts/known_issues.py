@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.errors import ConfigError
-from vllm_fork.probes.trees import SourceTree
+from vllm_fork.sourcetree import SourceTree
 
 if sys.version_info >= (3, 11):
     import tomllib
