@@ -463,13 +463,13 @@ def test_crash_while_finishing_then_abort(
     before = snapshot(tree)
     import vllm_fork.rebase.engine as rebase_mod
 
-    real_write = rebase_mod.add_applied_upstream
+    real_write = rebase_mod.mark_applied_upstream
 
     def crashing_write(*args, **kwargs):
         real_write(*args, **kwargs)
         raise Crash()
 
-    monkeypatch.setattr(rebase_mod, "add_applied_upstream", crashing_write)
+    monkeypatch.setattr(rebase_mod, "mark_applied_upstream", crashing_write)
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
     assert series_files(fork.series_dir(V1)) != series_before

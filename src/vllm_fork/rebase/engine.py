@@ -93,7 +93,7 @@ from vllm_fork.rebase.state import (
     save_state,
 )
 from vllm_fork.series import store
-from vllm_fork.series.history import Absorbed, add_applied_upstream, write_series_history
+from vllm_fork.series.history import Absorbed, mark_applied_upstream, write_series_history
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.upstream import ensure_upstream, tag_for
@@ -485,13 +485,15 @@ def _step_finish(
         if p.result == ABSORBED
     ]
     if state.files_before is None:
-        state.files_before = _snapshot(Path(state.series_dir), [])
+        state.files_before = _snapshot(
+            Path(state.series_dir), [old_series / a.patch for a in absorbed]
+        )
         save_state(git_dir, state)
     faults.point("rebase.finish")
     # The rebase replaces the onto series on purpose (absorbed patches are recorded below).
     exported = export(config, tree, force=True)
     write_series_history(Path(state.series_dir), state.onto_version, absorbed)
-    updated = add_applied_upstream(
+    updated = mark_applied_upstream(
         old_series,
         [e.patch for e in absorbed if not e.by_hand and e.patch.endswith(".patch")],
         state.onto_version,

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_fork import log as messages
-from vllm_fork.facts import registry
 from vllm_fork.config import find_root
 from vllm_fork.errors import ForkError, SeriesError
+from vllm_fork.facts import registry
 from vllm_fork.git import FORK_EMAIL, FORK_NAME
 from vllm_fork.series import store
 from vllm_fork.series.patches import (
@@ -195,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems: list[str] = []
     try:
         series_root = (args.root if args.root is not None else find_root()) / "series"
-        versions = args.versions or list(store.read_all(series_root))
+        if not series_root.is_dir():
+            raise SeriesError(f"no series directory {series_root}")
+        versions = args.versions or store.versions(series_root)
         for version in versions:
             base = store.read_base(series_root, version)
             if base is None:

@@ -24,6 +24,7 @@ from vllm_fork.errors import SeriesError
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series import store
 from vllm_fork.series.patches import parse_trailers
+from vllm_fork.series.store import SERIES_FILE
 
 TRAILER = "Applied-Upstream"
 COMMENT_PREFIX = f"# {TRAILER}: "
@@ -48,22 +49,36 @@ def write_series_history(series_dir: Path, version: str, absorbed: list[Absorbed
     """Replace the ``# Applied-Upstream:`` comment block of ``version``'s series
     (``series_dir``: series/<V>; stored once, series/store.py)."""
     root = series_dir.parent
-    base = store.read_base(root, series_dir.name) or store.BaseSeries()
-    kept = [
-        ln
-        for ln in base.comments
-        if not ln.startswith((COMMENT_PREFIX, SKIPPED_PREFIX)) and ln != HISTORY_HEADER.rstrip("\n")
-    ]
-    block = [HISTORY_HEADER.rstrip("\n")] if absorbed else []
+    block = [HISTORY_HEADER] if absorbed else []
     block += [
         f"{SKIPPED_PREFIX if a.by_hand else COMMENT_PREFIX}{version} <- {a.patch} "
-        f"({a.change}, {a.part}): {_one_line(a.reason)}"
+        f"({a.change}, {a.part}): {_one_line(a.reason)}\n"
         for a in absorbed
     ]
-    comments = block + kept
-    if comments != base.comments:
-        base.comments = comments
-        store.update_base(root, series_dir.name, base)
+    if store.is_stored(root):
+        base = store.read_base(root, series_dir.name) or store.BaseSeries()
+        comments = [ln.rstrip("\n") for ln in block] + [
+            ln for ln in base.comments if not _is_history(ln + "\n")
+        ]
+        if comments != base.comments:
+            base.comments = comments
+            store.update_base(root, series_dir.name, base)
+        return
+    series_file = series_dir / SERIES_FILE
+    lines = series_file.read_text().splitlines(keepends=True) if series_file.is_file() else []
+    kept = [ln for ln in lines if not _is_history(ln)]
+    # After the leading comment lines (the file's header), before the patch names.
+    at = 0
+    while at < len(kept) and kept[at].startswith("#"):
+        at += 1
+    new = kept[:at] + block + kept[at:]
+    if new != lines:
+        series_dir.mkdir(parents=True, exist_ok=True)
+        series_file.write_text("".join(new))
+
+
+def _is_history(line: str) -> bool:
+    return line.startswith((COMMENT_PREFIX, SKIPPED_PREFIX)) or line == HISTORY_HEADER
 
 
 def _trailered(message: bytes, version: str) -> bytes:
@@ -115,10 +130,29 @@ def with_applied_upstream(data: bytes, version: str, name: str) -> bytes:
     return head + sep + _trailered(message, version) + tail
 
 
-def add_applied_upstream(series_dir: Path, names: list[str], version: str) -> list[str]:
+def add_applied_upstream(patch: Path, version: str) -> bool:
+    """Add ``Applied-Upstream: <version>`` to a format-patch file (see
+    :func:`with_applied_upstream`); returns whether the file changed."""
+    data = patch.read_bytes()
+    new = with_applied_upstream(data, version, patch.name)
+    if new == data:
+        return False
+    tmp = patch.with_name(patch.name + ".tmp")
+    tmp.write_bytes(new)
+    tmp.replace(patch)
+    return True
+
+
+def mark_applied_upstream(series_dir: Path, names: list[str], version: str) -> list[str]:
     """Add ``Applied-Upstream: <version>`` to the patches ``names`` of the series
-    in ``series_dir`` (series/<V>); returns the names whose content changed."""
+    in ``series_dir`` (series/<V>, either layout); returns the names changed."""
     root = series_dir.parent
+    if not store.is_stored(root):
+        return [
+            name
+            for name in names
+            if (series_dir / name).is_file() and add_applied_upstream(series_dir / name, version)
+        ]
     base = store.read_base(root, series_dir.name)
     if base is None:
         return []

@@ -13,9 +13,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
-from vllm_fork.errors import SeriesError, UnknownChangeError
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series import store
 from vllm_fork.series.store import SERIES_FILE, read_series_file
@@ -245,6 +245,7 @@ class Series:
                 [store.stem_of(p.name) for p in self.patches],
                 [p.read_bytes() for p in self.patches],
                 list(self.comments),
+                [p.name for p in self.patches],
             )
         )
 

@@ -73,9 +73,13 @@ class BaseSeries:
     stems: list[str] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
     comments: list[str] = field(default_factory=list)  # each a '#' line, no newline
+    # the file names of a legacy series/<V>/ (None: as git format-patch names them)
+    legacy_names: list[str] | None = None
 
     @property
     def names(self) -> list[str]:
+        if self.legacy_names is not None and len(self.legacy_names) == len(self.stems):
+            return list(self.legacy_names)
         return [patch_name(i, stem) for i, stem in enumerate(self.stems, 1)]
 
     def key(self) -> tuple[object, ...]:
@@ -315,7 +319,7 @@ def read_legacy(series_dir: Path) -> BaseSeries:
             f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
         )
     return BaseSeries(
-        [stem_of(n) for n in names], contents, _legacy_comments(series_dir / SERIES_FILE)
+        [stem_of(n) for n in names], contents, _legacy_comments(series_dir / SERIES_FILE), names
     )
 
 
@@ -326,6 +330,16 @@ def legacy_bases(root: Path) -> list[str]:
     return sort_versions(
         p.name for p in root.iterdir() if p.is_dir() and (p / SERIES_FILE).is_file()
     )
+
+
+def versions(root: Path) -> list[str]:
+    """Every base with a series (either layout), oldest first."""
+    index = root / INDEX_FILE
+    named: set[str] = set(legacy_bases(root))
+    if index.is_file():
+        for bases, _, _ in parse_index(index.read_text(), str(index)):
+            named.update(bases)
+    return sort_versions(named)
 
 
 def read_all(root: Path) -> dict[str, BaseSeries]:
@@ -532,8 +546,45 @@ def write_store(root: Path, bases: dict[str, BaseSeries]) -> StoreChange:
     return change
 
 
+def is_stored(root: Path) -> bool:
+    """Whether ``root`` (series/) uses the stored-once layout (it has an index);
+    writers keep a legacy repository legacy until ``vllm-fork series-store``."""
+    return (root / INDEX_FILE).is_file()
+
+
+def write_legacy(series_dir: Path, names: list[str], contents: list[bytes]) -> StoreChange:
+    """Write one base in the legacy layout (series/<V>/series and its patch files):
+    changed patch files are rewritten, stale ones removed, and the series file is
+    rewritten (its comment lines kept after the list) only when the list changed."""
+    change = StoreChange()
+    series_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in zip(names, contents, strict=True):
+        target = series_dir / name
+        if not target.is_file() or target.read_bytes() != data:
+            _write_file(target, data)
+            change.written.append(name)
+    keep = set(names)
+    for stale in sorted(series_dir.glob("*" + FULL)):
+        if stale.name not in keep:
+            stale.unlink()
+            change.removed.append(stale.name)
+    series_file = series_dir / SERIES_FILE
+    current = read_series_file(series_dir) if series_file.is_file() else None
+    if current != names:
+        comments = "".join(f"{line}\n" for line in _legacy_comments(series_file))
+        text = LEGACY_HEADER + "".join(f"{n}\n" for n in names) + comments
+        _write_file(series_file, text.encode())
+        change.written.append(SERIES_FILE)
+    return change
+
+
 def update_base(root: Path, version: str, base: BaseSeries | None) -> StoreChange:
-    """Replace (``None``: drop) one base's series, keeping every other base's."""
+    """Replace (``None``: drop) one base's series, keeping every other base's
+    (a legacy repository: only series/<V>/ is written)."""
+    if not is_stored(root):
+        if base is None:
+            return StoreChange()
+        return write_legacy(root / version, base.names, base.contents)
     bases = read_all(root)
     if base is None:
         bases.pop(version, None)

@@ -133,10 +133,15 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
         contents = [p.read_bytes() for p in produced]
     with dir_lock(config.cache_dir, config.series_root):
         current = store.read_base(config.series_root, version)
-        _check_loss(tree, current.names if current else [], series_dir, result.patches, force)
+        listed = (
+            current.names
+            if current and store.in_index(config.series_root, version)
+            else store.read_series_file(series_dir)
+        )
+        _check_loss(tree, listed, series_dir, result.patches, force)
         if not produced and current is None:
             return result
-        old = dict(zip(current.names, current.contents, strict=True)) if current else {}
+        old = dict(zip(listed, current.contents, strict=True)) if current else {}
         result.written = [
             n for n, d in zip(result.patches, contents, strict=True) if old.get(n) != d
         ]
@@ -147,7 +152,10 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
             contents,
             current.comments if current else [],
         )
-        result.store = store.update_base(config.series_root, version, new)
+        if store.is_stored(config.series_root):
+            result.store = store.update_base(config.series_root, version, new)
+        else:  # the legacy per-base layout stays as it is (docs/series-format.md)
+            result.store = store.write_legacy(series_dir, result.patches, contents)
     return result
 
 
