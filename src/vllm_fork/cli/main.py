@@ -238,11 +238,27 @@ def _status_args(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="probe a materialized work tree on disk (uncommitted edits included)",
     )
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="the drift table instead: per logical patch (Fork-Patch), each base's copy "
+        "against the newest (same, adapted, or absent and why); no probing",
+    )
 
 
 def _status_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.reports.drift import compute_drift, format_drift
     from vllm_fork.reports.status import compute_status, format_status
 
+    if args.drift:
+        if args.tree is not None or args.base is not None:
+            raise UsageError("--drift covers every base; give it without --base or --tree")
+        table = compute_drift(config)
+        if args.json:
+            print(json.dumps(table.to_json(), indent=2, sort_keys=True))
+        else:
+            print(format_drift(table))
+        return 0
     report = compute_status(config, args.base, args.tree)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
