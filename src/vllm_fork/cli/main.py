@@ -207,7 +207,7 @@ def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
         bases = store.read_all(root)
         before = store.figures(root)
         if args.check:
-            legacy = [v for v in store.legacy_bases(root) if not store.in_index(root, v)]
+            legacy = store.legacy_bases(root)
             wanted = store.render_index(bases).encode()
             index = root / store.INDEX_FILE
             current = index.read_bytes() if index.is_file() else b""

@@ -16,8 +16,9 @@ Layout (docs/series-format.md)::
 A base's patch ``i`` (from 1) is ``<i:04d>-<stem>.patch``: the name
 ``git format-patch`` gives it, so a materialized and unchanged tree exports
 the same names and bytes. The legacy layout (``series/<V>/series`` and
-``series/<V>/*.patch``) is still read for every base the index does not
-name; :func:`write_store` converts it.
+``series/<V>/*.patch``) is still read: where a base has it, it overrides the
+index (a per-base series merged in after the conversion is the newer), and
+:func:`write_store` (``vllm-fork series-store``) folds it into the store.
 
 Writing is atomic: new pool files are written first (each by rename), the
 index is replaced by one rename (the commit point), and only then pool files
@@ -343,11 +344,12 @@ def versions(root: Path) -> list[str]:
 
 
 def read_all(root: Path) -> dict[str, BaseSeries]:
-    """Every base's series: the index's, then legacy directories it does not name."""
+    """Every base's series: the index's, where a legacy ``series/<V>/series``
+    overrides it (a per-base series merged or copied in after the conversion is
+    the newer; :func:`write_store` folds it into the store)."""
     out = read_index(root)
     for base in legacy_bases(root):
-        if base not in out:
-            out[base] = read_legacy(root / base)
+        out[base] = read_legacy(root / base)
     return {v: out[v] for v in sort_versions(out)}
 
 
@@ -367,7 +369,10 @@ def has_series(root: Path, version: str) -> bool:
 
 
 def read_base(root: Path, version: str) -> BaseSeries | None:
-    """``version``'s series (None: it has none)."""
+    """``version``'s series (None: it has none); a legacy ``series/<V>/series``
+    overrides the index (see :func:`read_all`)."""
+    if (root / version / SERIES_FILE).is_file():
+        return read_legacy(root / version)
     if in_index(root, version):
         return read_index(root)[version]
     if (root / version).is_dir():

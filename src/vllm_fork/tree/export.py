@@ -133,11 +133,7 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
         contents = [p.read_bytes() for p in produced]
     with dir_lock(config.cache_dir, config.series_root):
         current = store.read_base(config.series_root, version)
-        listed = (
-            current.names
-            if current and store.in_index(config.series_root, version)
-            else store.read_series_file(series_dir)
-        )
+        listed = current.names if current else []
         _check_loss(tree, listed, series_dir, result.patches, force)
         if not produced and current is None:
             return result
