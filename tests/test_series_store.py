@@ -202,3 +202,29 @@ def test_export_writes_the_store_byte_stable(
     shutil.rmtree(again)
     materialize(fork_repo.config, FAKE_VERSION, again)
     assert not export(fork_repo.config, again).changed
+
+
+def test_a_per_base_series_merged_in_later_overrides_the_index(tmp_path: Path) -> None:
+    root = tmp_path / "series"
+    store.write_store(root, sample())
+    # a branch that still edits the per-base layout, merged after the conversion
+    newer = patch_bytes("Fix one", body="folded")
+    legacy = root / "1.1.1"
+    legacy.mkdir()
+    (legacy / "0001-Fix-one.patch").write_bytes(newer)
+    (legacy / "series").write_text("0001-Fix-one.patch\n")
+    # and git applied its edit to a shared pool variant (a rename it detected)
+    (full,) = [p for p in (root / store.POOL_DIR).glob("Fix-two*") if p.suffix == store.FULL]
+    good = full.read_bytes()
+    full.write_bytes(good + b"edited\n")
+    with pytest.raises(SeriesError, match="vllm-fork series-store"):
+        store.read_base(root, "1.1.0")
+    assert store.read_base(root, "1.1.1").contents == [newer]  # its variants are not read
+    full.write_bytes(good)
+    bases = store.read_all(root)
+    assert bases["1.1.1"].contents == [newer]
+    bases.update({v: b for v, b in sample().items() if v != "1.1.1"})
+    store.write_store(root, bases)
+    assert not legacy.exists()
+    assert store.read_all(root)["1.1.1"].contents == [newer]
+    assert store.read_all(root)["1.1.0"].key() == sample()["1.1.0"].key()

@@ -285,19 +285,28 @@ class Pool:
         except OSError as exc:
             raise SeriesError(f"cannot read pool variant {ref}: {exc}") from exc
         if not ref.endswith("." + content_hash(data)[:HASH_LEN]):
-            raise SeriesError(f"series/{POOL_DIR}/{ref}: content does not match its name")
+            raise SeriesError(
+                f"series/{POOL_DIR}/{ref}: content does not match its name (a merge that "
+                "applied a per-base edit to it? take that branch's series/<V>/ directories and "
+                "run `vllm-fork series-store`: docs/series-format.md)"
+            )
         self._cache[ref] = data
         return data
 
 
-def read_index(root: Path) -> dict[str, BaseSeries]:
-    """The bases named by ``root/index`` (``root``: the series/ directory)."""
+def read_index(root: Path, skip: Iterable[str] = ()) -> dict[str, BaseSeries]:
+    """The bases named by ``root/index`` (``root``: the series/ directory), less
+    those in ``skip`` (their variants are not read)."""
     index = root / INDEX_FILE
     if not index.is_file():
         return {}
     pool = Pool(root / POOL_DIR)
     out: dict[str, BaseSeries] = {}
+    skipped = set(skip)
     for bases, comments, refs in parse_index(index.read_text(), str(index)):
+        bases = [b for b in bases if b not in skipped]
+        if not bases:
+            continue
         stems = [_REF_RE.match(r).group("stem") for r in refs]  # type: ignore[union-attr]
         contents = [pool.get(r) for r in refs]
         for base in bases:
@@ -347,8 +356,9 @@ def read_all(root: Path) -> dict[str, BaseSeries]:
     """Every base's series: the index's, where a legacy ``series/<V>/series``
     overrides it (a per-base series merged or copied in after the conversion is
     the newer; :func:`write_store` folds it into the store)."""
-    out = read_index(root)
-    for base in legacy_bases(root):
+    legacy = legacy_bases(root)
+    out = read_index(root, skip=legacy)
+    for base in legacy:
         out[base] = read_legacy(root / base)
     return {v: out[v] for v in sort_versions(out)}
 
