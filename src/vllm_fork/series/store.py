@@ -294,9 +294,11 @@ class Pool:
         return data
 
 
-def read_index(root: Path, skip: Iterable[str] = ()) -> dict[str, BaseSeries]:
+def read_index(
+    root: Path, skip: Iterable[str] = (), only: str | None = None
+) -> dict[str, BaseSeries]:
     """The bases named by ``root/index`` (``root``: the series/ directory), less
-    those in ``skip`` (their variants are not read)."""
+    those in ``skip`` (their variants are not read); ``only``: just that base's."""
     index = root / INDEX_FILE
     if not index.is_file():
         return {}
@@ -304,7 +306,7 @@ def read_index(root: Path, skip: Iterable[str] = ()) -> dict[str, BaseSeries]:
     out: dict[str, BaseSeries] = {}
     skipped = set(skip)
     for bases, comments, refs in parse_index(index.read_text(), str(index)):
-        bases = [b for b in bases if b not in skipped]
+        bases = [b for b in bases if b not in skipped and only in (None, b)]
         if not bases:
             continue
         stems = [_REF_RE.match(r).group("stem") for r in refs]  # type: ignore[union-attr]
@@ -384,7 +386,7 @@ def read_base(root: Path, version: str) -> BaseSeries | None:
     if (root / version / SERIES_FILE).is_file():
         return read_legacy(root / version)
     if in_index(root, version):
-        return read_index(root)[version]
+        return read_index(root, only=version)[version]
     if (root / version).is_dir():
         return read_legacy(root / version)
     return None
