@@ -34,7 +34,7 @@ from vllm_fork import __version__
 from vllm_fork.config import KNOWN_ISSUES_FILE, Config
 from vllm_fork.errors import ForkError
 from vllm_fork.series import store
-from vllm_fork.series.store import SERIES_FILE
+from vllm_fork.series.patches import series_digest
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.gpuresults import last_gpu_run
 
@@ -89,18 +89,10 @@ def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> li
 
 
 def _series_digest(config: Config, version: str) -> str | None:
-    """sha256 of the base's series as applied (either layout, series/store.py) and
-    of the other files of series/<V>/ (``revision``)."""
-    base = store.read_base(config.series_root, version)
-    if base is None:
+    """The base's :func:`~vllm_fork.series.patches.series_digest` (None: no series)."""
+    if not store.has_series(config.series_root, version):
         return None
-    digest = hashlib.sha256(store.digest(base).encode())
-    directory = config.series_dir(version)
-    if directory.is_dir():
-        for path in sorted(directory.rglob("*")):
-            if path.is_file() and path.name != SERIES_FILE and path.suffix != ".patch":
-                digest.update(f"{path.relative_to(directory)}\0".encode() + path.read_bytes())
-    return digest.hexdigest()
+    return series_digest(config.series_dir(version))
 
 
 def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:

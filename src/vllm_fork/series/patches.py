@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import email
 import email.policy
-from collections.abc import Collection
+import hashlib
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series import store
+from vllm_fork.series.forkversion import REVISION_FILE
 from vllm_fork.series.store import SERIES_FILE, read_series_file
 
 __all__ = ["SERIES_FILE", "read_series_file"]
@@ -238,16 +240,39 @@ class Series:
         )
 
     def digest(self) -> str:
-        """sha256 over the series as applied: comment lines, patch names and bytes
-        (the same for either layout, series/store.py)."""
-        return store.digest(
-            store.BaseSeries(
-                [store.stem_of(p.name) for p in self.patches],
-                [p.read_bytes() for p in self.patches],
-                list(self.comments),
-                [p.name for p in self.patches],
-            )
+        """The series' :func:`series_digest` (of the patches it holds)."""
+        return _digest(
+            self.comments,
+            [(p.name, p.read_bytes()) for p in self.patches],
+            self.directory / REVISION_FILE,
         )
+
+
+def series_digest(series_dir: Path, names: Sequence[str] | None = None) -> str:
+    """The one digest of a series, in either layout (series/store.py): sha256 over
+    its comment lines, its patches in series order (``names``: only those), each
+    as name, length and bytes, and its ``revision`` file. A series that cannot
+    be read has the digest of what could be read (none of its patches)."""
+    try:
+        base = store.read_base(series_dir.parent, series_dir.name)
+    except SeriesError:
+        base = None
+    patches = list(zip(base.names, base.contents, strict=True)) if base else []
+    if names is not None:
+        wanted = set(names)
+        patches = [(n, d) for n, d in patches if n in wanted]
+    return _digest(base.comments if base else (), patches, series_dir / REVISION_FILE)
+
+
+def _digest(comments: Sequence[str], patches: Sequence[tuple[str, bytes]], revision: Path) -> str:
+    digest = hashlib.sha256()
+    for line in comments:
+        digest.update(f"#\0{line}\0".encode())
+    rev = revision.read_bytes() if revision.is_file() else b""
+    for name, data in (*patches, (REVISION_FILE, rev)):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:
