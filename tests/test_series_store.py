@@ -19,7 +19,7 @@ from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
 
 from .conftest import FAKE_VERSION, ForkRepo
-from .gitutil import commit, trailer_block
+from .gitutil import commit, git, trailer_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -199,6 +199,13 @@ def test_export_writes_the_store_byte_stable(
     assert [p for p in result.store.written if p.startswith("pool/")] == [
         f"pool/{store.variant_ref('Add-f5', added)}.patch"
     ]
+    # an amended commit replaces its variant: the old one, now unreferenced, goes
+    (again / "f5.py").write_text("x = 55\n")
+    git(again, "commit", "-q", "-a", "--amend", "--no-edit")
+    result = export(fork_repo.config, again)
+    assert result.store.removed == [f"pool/{store.variant_ref('Add-f5', added)}.patch"]
+    files = tree_files(series_root)
+    assert len(set(files.values())) == len(files) == 4  # index + three variants
     shutil.rmtree(again)
     materialize(fork_repo.config, FAKE_VERSION, again)
     assert not export(fork_repo.config, again).changed
