@@ -58,6 +58,9 @@ sys.path.insert(0, str(REPO / "sim"))
 
 from vllm_rocm_sim.contracts import _src, signature  # noqa: E402  (one signature format)
 
+from vllm_fork.cache import CacheLayout, default_cache_dir  # noqa: E402
+from vllm_fork.facts.names import tag_for  # noqa: E402
+
 Reader = Callable[[str], str | None]
 
 # ----------------------------------------------------------------------------
@@ -280,7 +283,7 @@ def base_pins(upstream_git: Path, versions: list[str]) -> dict[str, dict[str, An
 
     pins = {}
     for v in versions:
-        tree = GitTree(upstream_git, f"upstream/{v}")
+        tree = GitTree(upstream_git, tag_for(v))
         pins[v] = {"aiter": aiter_pin(tree), "amdsmi_imports": sorted(amdsmi_imports(tree))}
     return pins
 
@@ -592,8 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument(
         "--upstream-git",
         type=Path,
-        default=Path.home() / ".cache" / "vllm-fork" / "upstream.git",
-        help="the tool's upstream git (run `vllm-fork fetch --base V` for every base first)",
+        default=CacheLayout(default_cache_dir()).upstream_git,
+        help="the tool's upstream git (default: the cache's, $VLLM_FORK_CACHE_DIR honoured; "
+        "run `vllm-fork fetch --base V` for every base first)",
     )
     e.set_defaults(run=cmd_extract)
     g = sub.add_parser("golden", help="outputs of AITER's torch references at one tag")

@@ -10,7 +10,7 @@ ensure_venv dev
 # The extra base of commit $1 (empty when there is none).
 ci_extra_base() {
     .venv/bin/python -c 'import sys
-from vllm_fork.config import load_config
+from vllm_fork.sources.workspace import load_config
 from vllm_fork.release.check import ci_base
 print(ci_base(load_config(), sys.argv[1]) or "")' "$1"
 }

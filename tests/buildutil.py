@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.provenance import PACKAGE_PATH, dumps
+from vllm_fork.facts.names import tag_for
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import FilePin, load_pins, save_pins
 from vllm_fork.tree.export import export
@@ -127,7 +128,7 @@ def fork_wheel(
     files from ``tree`` (its ``fork`` branch), the version and the provenance record;
     ``overrides``: member -> bytes, or None to leave the member out."""
     files = upstream_wheel_files()
-    changed = git(tree, "diff", "--name-only", f"upstream/{FAKE_VERSION}", "fork").split()
+    changed = git(tree, "diff", "--name-only", tag_for(FAKE_VERSION), "fork").split()
     for rel in changed:
         if rel.startswith("vllm/"):
             files[rel] = subprocess.run(

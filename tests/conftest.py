@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import Config, load_config
+from vllm_fork.config import Config
 from vllm_fork.probes import GitTree
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.pipconf import PipConfig
 from vllm_fork.sources.upstream import ensure_upstream
+from vllm_fork.sources.workspace import load_config
 
 FAKE_VERSION = "9.9.9"
 FAKE_FILES = {
@@ -217,12 +218,14 @@ def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import time
 
     from vllm_fork.build.builder import BuildRequest, build
+    from vllm_fork.deploy import release_files
 
     config = load_config(root=Path(__file__).resolve().parents[1])
     t0 = time.monotonic()
     result = build(
         config, BuildRequest(mode="precompiled", out_dir=tmp_path_factory.mktemp("default"))
     )
+    release_files(config, result)
     print(
         f"\nprecompiled build of the default base (online): {time.monotonic() - t0:.0f} s "
         f"(vLLM's build step {result.build_seconds:.0f} s)"

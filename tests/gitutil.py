@@ -6,12 +6,14 @@ import os
 import subprocess
 from pathlib import Path
 
+from vllm_fork.facts.names import FORK_EMAIL, FORK_NAME
+
 DATE = "2026-11-21T12:00:00+00:00"
 # The identity of the commits the tests make: a fresh machine (CI) has none.
 # Series patches are authored by the fork (series/credits.py; export checks it).
 IDENTITY = {
-    "GIT_AUTHOR_NAME": "vLLM ROCm fork maintainers",
-    "GIT_AUTHOR_EMAIL": "rocm-fork-maintainers@users.noreply.github.com",
+    "GIT_AUTHOR_NAME": FORK_NAME,
+    "GIT_AUTHOR_EMAIL": FORK_EMAIL,
     "GIT_COMMITTER_NAME": "vLLM ROCm fork tests",
     "GIT_COMMITTER_EMAIL": "tests@example.invalid",
 }
@@ -41,8 +43,8 @@ def commit(tree: Path, subject: str, body: str, trailers: str, edits: dict[str, 
         path.write_text(text)
     env = {
         **os.environ,
-        "GIT_AUTHOR_NAME": "vLLM ROCm fork maintainers",
-        "GIT_AUTHOR_EMAIL": "rocm-fork-maintainers@users.noreply.github.com",
+        "GIT_AUTHOR_NAME": FORK_NAME,
+        "GIT_AUTHOR_EMAIL": FORK_EMAIL,
         "GIT_COMMITTER_NAME": "Someone Else",
         "GIT_COMMITTER_EMAIL": "someone@example.com",
         "GIT_AUTHOR_DATE": DATE,

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import Config, load_config
+from vllm_fork.cache import CacheLayout
+from vllm_fork.config import Config
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.upstream import import_sdist, init_repo
+from vllm_fork.sources.workspace import load_config
 
 try:
     from .gitutil import IDENTITY
@@ -212,7 +214,7 @@ def make_fork(
     dist = tmp / "sdists"
     dist.mkdir()
     bases = {}
-    repo = cache / "upstream.git"
+    repo = CacheLayout(cache).upstream_git
     init_repo(repo)
     for version, files in releases.items():
         sdist = dist / f"vllm-{version}.tar.gz"

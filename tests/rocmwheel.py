@@ -33,9 +33,11 @@ from pathlib import Path
 
 from vllm_fork.build.audit import record_hashes
 from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import Config, load_config
+from vllm_fork.config import Config
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_out
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
+from vllm_fork.sources.workspace import load_config
 
 from .wheelutil import version_py, write_wheel
 

@@ -21,8 +21,8 @@ from vllm_fork.build.provenance import PACKAGE_PATH, loads
 from vllm_fork.build.smoke import format_result, smoke
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.build.wheelfile import Wheel, diff_wheels
-from vllm_fork.config import load_config
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import load_config
 
 # Opt-in (VLLM_FORK_E2E_BUILD=1): about 5 GB of downloads and 10+ minutes on 2 cores.
 pytestmark = [

@@ -16,7 +16,7 @@ from vllm_fork.build.env import (
     ensure_build_env,
     requirements_file,
 )
-from vllm_fork.cache import BUILD_ENV_READY
+from vllm_fork.cache import BUILD_ENV_READY, CacheLayout
 from vllm_fork.config import Config
 
 REQS = """\
@@ -39,7 +39,7 @@ def test_exclusions_name_the_cpu_build_of_the_pinned_torch(tmp_path: Path) -> No
 
 def _fake_env(cache: Path, reqs: Path, torch_version: str) -> Path:
     key = build_env.env_key(reqs, build_env._run_probe(sys.executable, "version")["python"])
-    env_dir = cache / "build-env" / key
+    env_dir = CacheLayout(cache).build_env(key)
     site = env_dir / "lib" / "python3.11" / "site-packages"
     (site / f"torch-{torch_version}.dist-info").mkdir(parents=True)
     (env_dir / BUILD_ENV_READY).write_text(reqs.read_text())

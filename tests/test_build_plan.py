@@ -263,7 +263,7 @@ def test_full_build_fails_early_without_toolchain(
     def boom(*args: object, **kw: object) -> None:
         raise AssertionError("materialize must not run")
 
-    monkeypatch.setattr("vllm_fork.tree.materialize.materialize", boom)
+    monkeypatch.setattr("vllm_fork.build.builder.materialize", boom)
     # A build Python with a ROCm torch, on a machine without hipcc.
     probe = {
         "python": "3.11",
@@ -434,8 +434,7 @@ def test_read_backend(tmp_path: Path) -> None:
 
 def count_loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count parses of bases.toml, series reads and fetchers made from now on."""
-    from vllm_fork.series import patches
-    from vllm_fork.sources import fetch, pins
+    from vllm_fork.sources import fetch, workspace
 
     counts = {"pins": 0, "series": 0, "fetchers": 0}
 
@@ -446,8 +445,8 @@ def count_loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
         return wrapper
 
-    monkeypatch.setattr(pins, "load_pins", counting("pins", pins.load_pins))
-    monkeypatch.setattr(patches, "load_series", counting("series", patches.load_series))
+    monkeypatch.setattr(workspace, "load_pins", counting("pins", workspace.load_pins))
+    monkeypatch.setattr(workspace, "load_series", counting("series", workspace.load_series))
     monkeypatch.setattr(fetch.Fetcher, "__init__", counting("fetchers", fetch.Fetcher.__init__))
     return counts
 
@@ -494,6 +493,47 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     }
     assert [p.name for p in audited] == [wheel.name]  # verify ran on the hook's wheel
     assert wheel.name in [p.name for p in dist.iterdir()]
+    assert not any(fork_repo.config.cache.work.iterdir())  # the build tree was removed
+
+
+def test_build_runs_the_backend_through_the_runner_it_is_given(
+    fork_repo: ForkRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build() takes the backend runner as a parameter (as pypa/build takes its
+    runner): the runner gets the plan (tree, environment, output directory) and
+    the log path, and the wheel it names is verified and moved to the output
+    directory; no backend is planted in the tree."""
+    import os
+
+    make_series(fork_repo, tmp_path, python_patch)
+    audited: list[Path] = []
+    monkeypatch.setattr(
+        "vllm_fork.build.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
+    )
+    backend: dict = {}
+    exec(FAKE_BACKEND, backend)  # the wheel writer of the in-tree backend above
+    calls: list[tuple[Path, str, Path]] = []
+
+    def runner(plan, log_path: Path) -> str:
+        env = plan.environ(os.environ)
+        calls.append((plan.tree, env["VLLM_VERSION_OVERRIDE"], log_path))
+        with monkeypatch.context() as m:
+            m.chdir(plan.tree)
+            for key, value in env.items():
+                m.setenv(key, value)
+            return backend["build_wheel"](str(plan.out_dir))
+
+    dist = tmp_path / "dist"
+    req = BuildRequest(mode="empty", build_python=str(fake_build_python(tmp_path)), out_dir=dist)
+    with pytest.warns(UserWarning, match="noisy backend warning"):
+        result = build(fork_repo.config, req, runner=runner)
+    [(tree, version, log_path)] = calls
+    assert version == result.version == "9.9.9+hardened.1"
+    assert log_path.name == "build.log" and tree.name == "src"
+    assert result.wheel == dist / f"vllm-{version}-py3-none-any.whl" and result.wheel.is_file()
+    assert [p.name for p in audited] == [result.wheel.name]  # verify ran on the runner's wheel
+    assert result.record["version"] == version and result.environment["python"] == "3.11"
+    assert set(result.findings) and not list(dist.glob("*.cdx.json"))  # no release files yet
     assert not any(fork_repo.config.cache.work.iterdir())  # the build tree was removed
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.build.builder import BuildRefused, BuildRequest, prepare
-from vllm_fork.build.rules import precompiled_conflicts, precompiled_reason, touched_paths
 from vllm_fork.cli.main import main
 from vllm_fork.errors import SeriesError, UsageError
 from vllm_fork.series.forkversion import (
@@ -17,6 +16,7 @@ from vllm_fork.series.forkversion import (
     series_revision,
 )
 from vllm_fork.series.patches import load_series, parse_patch, validate_header
+from vllm_fork.series.precompiled import precompiled_conflicts, precompiled_reason, touched_paths
 from vllm_fork.tree.materialize import materialize
 
 from .buildutil import FULL_PATCH, csrc_patch, full_csrc_patch, make_series, pin_wheel, python_patch
@@ -161,7 +161,7 @@ def test_overwritten_paths_are_listed_in_one_module() -> None:
         for p in src.rglob("*.py")
         if "vllm/third_party/" in p.read_text() or "vllm/vllm_flash_attn/" in p.read_text()
     )
-    assert holders == ["build/rules.py"]
+    assert holders == ["series/precompiled.py"]
 
 
 # --------------------------------------------------------------------------- Fork-Build: full
@@ -207,7 +207,7 @@ def test_materialize_leaves_out_only_in_internal_trees(fork_repo: ForkRepo, tmp_
     make_series(fork_repo, tmp_path, python_patch, full_csrc_patch)
     with pytest.raises(UsageError, match="only the tool's own build trees"):
         materialize(fork_repo.config, None, tmp_path / "user", exclude=[FULL_PATCH])
-    work = fork_repo.config.cache_dir / "work" / "t"
+    work = fork_repo.config.cache.work / "t"
     result = materialize(fork_repo.config, None, work, internal=True, exclude=[FULL_PATCH])
     assert result.applied == 1
     assert not (work / "csrc/fast.cu").exists()

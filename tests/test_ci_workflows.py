@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.cli.main import main
-from vllm_fork.config import load_config
 from vllm_fork.release import workflows
 from vllm_fork.sources.pins import load_pins, save_pins
+from vllm_fork.sources.workspace import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GITHUB = [ROOT / workflows.RELEASE_CHECK_YML, ROOT / workflows.UPDATE_YML]

@@ -49,7 +49,7 @@ def test_hash_mismatch_exit_1(
         f"vllm-fork: error: sha256 mismatch for vllm-9.9.9.tar.gz from {local_index.url}: "
         f"expected {'f' * 64}, got {sha256_of(fork_repo.sdist)}; the download was discarded\n"
     )
-    assert not any((fork_repo.config.cache_dir / "dist").iterdir())
+    assert not any(fork_repo.config.cache.downloads.iterdir())
 
 
 def test_hostile_sdist_exit_1_and_nothing_imported(
@@ -76,7 +76,7 @@ def test_hostile_sdist_exit_1_and_nothing_imported(
     )
     assert not target.exists()
     assert not (tmp_path / "evil.py").exists()
-    assert list((fork_repo.config.cache_dir / "tmp").iterdir()) == []
+    assert list(fork_repo.config.cache.tmp.iterdir()) == []
 
 
 def test_materialize_export_status_commands(

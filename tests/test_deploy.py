@@ -10,9 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from vllm_fork.build.verify import verify_wheel
 from vllm_fork.cli.main import main
-from vllm_fork.deploy import file_sha256, sidecar, write_release_files
+from vllm_fork.deploy import sidecar, verify_release, write_release_files
 from vllm_fork.deploy.attestation import SUFFIX as PROV
 from vllm_fork.deploy.attestation import series_digest
 from vllm_fork.deploy.notes import SUFFIX as NOTES
@@ -20,6 +19,7 @@ from vllm_fork.deploy.notes import make_notes
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.deploy.sbom import validate
 from vllm_fork.facts import registry
+from vllm_fork.hashing import sha256_file
 from vllm_fork.probes import Finding
 
 from .buildutil import make_series, pin_upstream_wheel, python_patch
@@ -71,7 +71,7 @@ def test_sbom_content_is_valid_cyclonedx(series_repo: ForkRepo, tmp_path: Path) 
     record = record_for(series_repo)
     comp = doc["metadata"]["component"]
     assert comp["version"] == record["version"]
-    assert comp["hashes"] == [{"alg": "SHA-256", "content": file_sha256(wheel)}]
+    assert comp["hashes"] == [{"alg": "SHA-256", "content": sha256_file(wheel)}]
     props = {p["name"]: p["value"] for p in comp["properties"]}
     assert props["vllm-fork:build-mode"] == "precompiled"
     assert props["vllm-fork:build-env:torch"] == "2.11.0"
@@ -95,7 +95,7 @@ def test_sbom_content_is_valid_cyclonedx(series_repo: ForkRepo, tmp_path: Path) 
 
 def test_verify_checks_release_files(series_repo: ForkRepo, tmp_path: Path) -> None:
     wheel = released(series_repo, tmp_path / "d")
-    report = verify_wheel(series_repo.config, wheel, require_release_files=True)
+    report = verify_release(series_repo.config, wheel, require_release_files=True)
     assert report.passed, report.format()
     assert any(line.startswith("SBOM ") for line in report.ok)
     assert any("provenance " in line and "(unsigned)" in line for line in report.ok)
@@ -119,7 +119,7 @@ def test_verify_rejects_tampered_sbom(
     sdist = next(c for c in doc["components"] if c["bom-ref"] == "upstream-sdist")
     sdist["hashes"][0]["content"] = "1" * 64
     path.write_text(json.dumps(doc))
-    report = verify_wheel(series_repo.config, wheel)
+    report = verify_release(series_repo.config, wheel)
     assert any("bases.toml pins" in b for b in report.bad), report.format()
 
 
@@ -128,7 +128,7 @@ def test_verify_rejects_sbom_of_another_wheel(series_repo: ForkRepo, tmp_path: P
     # the wheel is rebuilt with other bytes, its release files are kept
     with open(wheel, "ab") as fh:
         fh.write(b"\0")
-    report = verify_wheel(series_repo.config, wheel)
+    report = verify_release(series_repo.config, wheel)
     assert any("SBOM" in b and "wheel sha256" in b for b in report.bad), report.format()
     assert any("provenance" in b and "subject" in b for b in report.bad), report.format()
 
@@ -139,7 +139,7 @@ def test_verify_rejects_tampered_provenance_subject(
     wheel = released(series_repo, tmp_path / "d")
     path = sidecar(wheel, PROV)
     statement = json.loads(path.read_text())
-    assert statement["subject"] == [{"name": wheel.name, "digest": {"sha256": file_sha256(wheel)}}]
+    assert statement["subject"] == [{"name": wheel.name, "digest": {"sha256": sha256_file(wheel)}}]
     deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
     series = next(d for d in deps if d["name"].startswith("series/"))
     assert series["digest"]["sha256"] == series_digest(record_for(series_repo)["series"]["patches"])
@@ -157,15 +157,15 @@ def test_signed_provenance(series_repo: ForkRepo, tmp_path: Path) -> None:
     envelope = json.loads(sidecar(wheel, PROV).read_text())
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
     config = series_repo.config
-    report = verify_wheel(config, wheel, public_key=public)
+    report = verify_release(config, wheel, public_key=public)
     assert report.passed, report.format()
     assert any("signature by" in line and "valid" in line for line in report.ok)
     # a signature nobody checks is not a pass
-    assert any("no public key" in b for b in verify_wheel(config, wheel).bad)
+    assert any("no public key" in b for b in verify_release(config, wheel).bad)
     # another key
     (tmp_path / "other").mkdir()
     _, other = make_key(tmp_path / "other")
-    bad = verify_wheel(config, wheel, public_key=other).bad
+    bad = verify_release(config, wheel, public_key=other).bad
     assert any("no valid signature" in b for b in bad)
     # a payload changed after signing
     statement = json.loads(base64.b64decode(envelope["payload"]))
@@ -173,7 +173,7 @@ def test_signed_provenance(series_repo: ForkRepo, tmp_path: Path) -> None:
     envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     sidecar(wheel, PROV).write_text(json.dumps(envelope))
     assert any(
-        "no valid signature" in b for b in verify_wheel(config, wheel, public_key=public).bad
+        "no valid signature" in b for b in verify_release(config, wheel, public_key=public).bad
     )
 
 
@@ -182,8 +182,8 @@ def test_missing_release_files_fail_only_when_required(
 ) -> None:
     wheel = released(series_repo, tmp_path / "d")
     sidecar(wheel, SBOM).unlink()
-    assert verify_wheel(series_repo.config, wheel).passed
-    report = verify_wheel(series_repo.config, wheel, require_release_files=True)
+    assert verify_release(series_repo.config, wheel).passed
+    report = verify_release(series_repo.config, wheel, require_release_files=True)
     assert any("not found beside the wheel" in b for b in report.bad)
 
 
@@ -238,16 +238,13 @@ def test_release_notes(series_repo: ForkRepo, tmp_path: Path) -> None:
 
 
 def test_build_refuses_a_bad_signing_key_before_any_work(
-    series_repo: ForkRepo, tmp_path: Path
+    series_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from vllm_fork.build.builder import BuildRequest, build
-    from vllm_fork.errors import UsageError
-
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key\n")
-    req = BuildRequest(mode="empty", out_dir=tmp_path / "dist", signing_key=bad)
-    with pytest.raises(UsageError, match="cannot read the signing key"):
-        build(series_repo.config, req)
+    argv = ["build", "--mode", "empty", "-o", str(tmp_path / "dist"), "--signing-key", str(bad)]
+    assert main(argv) == 2
+    assert "cannot read the signing key" in capsys.readouterr().err
     work = series_repo.config.cache.work
     assert not work.exists() or not any(work.iterdir())
 

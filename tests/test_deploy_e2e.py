@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.build.smoke import format_result, smoke
-from vllm_fork.config import load_config
 from vllm_fork.deploy.publish import publish
 from vllm_fork.sources.pipconf import load_pip_config
+from vllm_fork.sources.workspace import load_config
 
 from .indexserver import PASSWORD, USER, IndexServer, index_server
 

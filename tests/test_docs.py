@@ -47,8 +47,8 @@ def test_fork_version_labels_in_the_docs_are_what_a_build_makes() -> None:
     """A label such as `0.21.0+hardened.22.nofull` in the docs is the one the
     build of that base makes (the series revision; .nofull where a precompiled
     build leaves patches out), not one no build makes."""
-    from vllm_fork.config import load_config
     from vllm_fork.series.forkversion import series_revision
+    from vllm_fork.sources.workspace import load_config
 
     config = load_config(root=README.parent)
     wrong = []

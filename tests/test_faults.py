@@ -23,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.cache import CacheLayout
 from vllm_fork.cli.main import main
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_out
 from vllm_fork.lock import TMP_PREFIX
 from vllm_fork.sources.pins import Base, FilePin, load_pins, save_pins
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
 
 from .conftest import (
     FAKE_FILES,
@@ -169,16 +171,17 @@ def test_kill_during_fetch(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) ->
     cache = fork_repo.config.cache_dir
     proc = cli("fetch", env={"VLLM_FORK_FAULT": f"{point}:kill"})
     assert proc.returncode == -9, proc.stderr
-    dist = cache / "dist" / fork_repo.sdist.name
+    dist = CacheLayout(cache).downloads / fork_repo.sdist.name
     assert not dist.exists() or sha256_of(dist) == sha256_of(fork_repo.sdist)
     proc = cli("fetch")
     assert proc.returncode == 0, proc.stderr
-    assert not leftovers(cache / "tmp")
+    assert not leftovers(CacheLayout(cache).tmp)
     assert "corrupt" not in proc.stderr
     # the import equals a clean one (deterministic commit)
     clean = load_clean_commit(fork_repo, tmp_path)
     assert (
-        git_out(["--git-dir", cache / "upstream.git", "rev-parse", tag_for(FAKE_VERSION)]) == clean
+        git_out(["--git-dir", CacheLayout(cache).upstream_git, "rev-parse", tag_for(FAKE_VERSION)])
+        == clean
     )
 
 
@@ -293,7 +296,7 @@ def test_kill_during_build(fault: Fault, fork_repo: ForkRepo, tmp_path: Path) ->
 
 
 def _pack(cache: Path, suffix: str) -> Path:
-    return next((cache / "upstream.git" / "objects" / "pack").glob(f"pack-*{suffix}"))
+    return next((CacheLayout(cache).upstream_git / "objects" / "pack").glob(f"pack-*{suffix}"))
 
 
 def _flip_byte(path: Path) -> None:
@@ -304,7 +307,7 @@ def _flip_byte(path: Path) -> None:
 
 
 def _forge_moved_tag(cache: Path) -> None:
-    repo = cache / "upstream.git"
+    repo = CacheLayout(cache).upstream_git
     tag = f"refs/tags/{tag_for(FAKE_VERSION)}"
     tree = git_out(["--git-dir", repo, "rev-parse", f"{tag}^{{tree}}"])
     message = git_out(["--git-dir", repo, "log", "-1", "--format=%B", tag])
@@ -326,10 +329,10 @@ CORRUPTIONS = {
     "byte flipped in the pack": lambda cache: _flip_byte(_pack(cache, ".pack")),
     "tag moved to a forged commit": _forge_moved_tag,
     "tag deleted": lambda cache: git(
-        cache / "upstream.git", "update-ref", "-d", f"refs/tags/{tag_for(FAKE_VERSION)}"
+        CacheLayout(cache).upstream_git, "update-ref", "-d", f"refs/tags/{tag_for(FAKE_VERSION)}"
     ),
-    "import record unreadable": lambda cache: (cache / "state" / "upstream.json").write_text("{"),
-    "upstream git removed": lambda cache: shutil.rmtree(cache / "upstream.git"),
+    "import record unreadable": lambda cache: CacheLayout(cache).upstream_record.write_text("{"),
+    "upstream git removed": lambda cache: shutil.rmtree(CacheLayout(cache).upstream_git),
 }
 CORRUPT_GIT = rows(
     "corrupt cached upstream git",
@@ -345,7 +348,9 @@ def test_corrupt_upstream_git_is_rebuilt(
     cache = fork_repo.config.cache_dir
     base = load_pins(fork_repo.config.bases_file).get(FAKE_VERSION)
     ensure_upstream(fork_repo.config, base)
-    good = git_out(["--git-dir", cache / "upstream.git", "rev-parse", tag_for(FAKE_VERSION)])
+    good = git_out(
+        ["--git-dir", CacheLayout(cache).upstream_git, "rev-parse", tag_for(FAKE_VERSION)]
+    )
     CORRUPTIONS[fault.case](cache)
     target = tmp_path / "tree"
     code, err = run_main(capsys, "materialize", str(target))
@@ -495,7 +500,7 @@ def test_hostile_sdist(
     assert code == 1
     assert "vllm-9.9.9" in one_line_error(err)
     assert not (tmp_path / "tree").exists() and not (tmp_path / "evil.py").exists()
-    assert not leftovers(fork_repo.config.cache_dir / "tmp")
+    assert not leftovers(fork_repo.config.cache.tmp)
 
 
 # --- the environment ---------------------------------------------------------------
@@ -539,10 +544,10 @@ def test_file_system_faults(
         code, err = run_main(capsys, "materialize", str(blocker / "tree"))
         assert code == 1 and f"{blocker} is not a directory" in one_line_error(err)
     elif fault.case == "DIR inside the cache":
-        code, err = run_main(capsys, "materialize", str(cache / "tmp" / "tree"))
+        code, err = run_main(capsys, "materialize", str(CacheLayout(cache).tmp / "tree"))
         assert code == 1 and "inside the vllm-fork cache" in one_line_error(err)
     else:
-        mine = cache / "tmp" / "my-tree"
+        mine = CacheLayout(cache).tmp / "my-tree"
         (mine / "src").mkdir(parents=True)
         (mine / "src" / "edit.py").write_text("my work\n")
         assert run_main(capsys, "fetch")[0] == 0
@@ -567,7 +572,7 @@ def test_full_file_system_is_a_file_system_fault(fault: Fault, fork_repo: ForkRe
     text = "No space left on device" if action == "enospc" else "Read-only file system"
     assert text in line and str(fork_repo.config.cache_dir) in line, line
     assert "damaged" not in line and "archive)" not in line
-    assert not leftovers(fork_repo.config.cache_dir / "tmp")
+    assert not leftovers(fork_repo.config.cache.tmp)
     assert cli("fetch").returncode == 0  # nothing half-made blocks the rerun
 
 

@@ -218,7 +218,7 @@ def test_publish_without_credentials_says_so_before_verifying(
     def no_verify(*_args, **_kwargs):
         raise AssertionError("verified before the credentials were checked")
 
-    monkeypatch.setattr("vllm_fork.build.verify.verify_wheel", no_verify)
+    monkeypatch.setattr("vllm_fork.deploy.publish.verify_release", no_verify)
     assert main(["publish", str(wheel), "--repository", f"http://127.0.0.1:{free_port()}/"]) != 0
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("vllm-fork: error: twine: ")

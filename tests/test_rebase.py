@@ -658,7 +658,7 @@ def test_continue_from_inside_the_tree_writes_the_starting_repository(
     capsys.readouterr()
     other = _other_checkout(fork, tmp_path)
     monkeypatch.delenv("VLLM_FORK_ROOT")
-    monkeypatch.setattr("vllm_fork.config.find_root", lambda start=None: other)
+    monkeypatch.setattr("vllm_fork.sources.workspace.find_root", lambda start=None: other)
     monkeypatch.chdir(tree)
     assert main(["rebase", "--continue", "."]) == 0
     out = capsys.readouterr().out
@@ -701,7 +701,7 @@ def test_export_writes_the_repository_the_tree_was_made_from(
     assert "run it from" in capsys.readouterr().err
     assert not (other / "series" / V1).exists()
     monkeypatch.delenv("VLLM_FORK_ROOT")
-    monkeypatch.setattr("vllm_fork.config.find_root", lambda start=None: other)
+    monkeypatch.setattr("vllm_fork.sources.workspace.find_root", lambda start=None: other)
     monkeypatch.chdir(tree)
     assert main(["export", "."]) == 0
     assert capsys.readouterr().out.startswith(f"{fork.series_dir(V1).resolve()}: ")

@@ -62,7 +62,7 @@ def fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fork:
         NEWEST: {**newest, HAS: "moe-bias-precast present\nar-rms-pack-gate n/a\n"},
     }
     f = make_fork(tmp_path, monkeypatch, releases, default=BASE, supported={BASE, NEWEST})
-    monkeypatch.setattr("vllm_fork.probes.probe_all", fake_probe_all)
+    monkeypatch.setattr("vllm_fork.reports.matrix.probe_all", fake_probe_all)
     f.write_series(BASE, CONFLICT_SERIES)
     return f
 
@@ -157,7 +157,7 @@ def test_rows_are_cached_by_sdist_and_series(fork: Fork, monkeypatch: pytest.Mon
     with pytest.raises(AssertionError, match="recomputed"):
         compute_matrix(fork.config)
     monkeypatch.undo()
-    monkeypatch.setattr("vllm_fork.probes.probe_all", fake_probe_all)
+    monkeypatch.setattr("vllm_fork.reports.matrix.probe_all", fake_probe_all)
     third = compute_matrix(fork.config, use_cache=False)
     assert third.to_json()["releases"] == first.to_json()["releases"]
 
@@ -212,7 +212,7 @@ def test_tests_without_the_change_are_not_carried(
         "[ROCm] Harden rope", "rope-bf16-buffer", "hardening", {"vllm/rope.py": {3: "hardened"}}
     )
     fork = make_fork(tmp_path, monkeypatch, {BASE: V1_FILES}, default=BASE)
-    monkeypatch.setattr("vllm_fork.probes.probe_all", fake_probe_all)
+    monkeypatch.setattr("vllm_fork.reports.matrix.probe_all", fake_probe_all)
     fork.write_series(BASE, [pins, harden])
     (base,) = compute_matrix(fork.config, [BASE], use_cache=False).rows
     assert base.changes["moe-bias-precast"].state == "missing"

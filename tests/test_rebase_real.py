@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import load_config
 from vllm_fork.rebase.engine import RebaseConflict, continue_rebase, start_rebase
+from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
 

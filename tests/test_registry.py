@@ -12,11 +12,11 @@ import pytest
 
 from vllm_fork import __version__
 from vllm_fork.build.provenance import format_record, make_record
-from vllm_fork.build.rules import touched_paths
+from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.state import decide
-from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe
+from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe, probe_fn
 from vllm_fork.reports import tables
 from vllm_fork.reports.matrix import compute_matrix, format_matrix
 from vllm_fork.reports.status import compute_status, format_status
@@ -79,7 +79,7 @@ def test_registry_entries_are_complete() -> None:
     ids = registry.change_ids()
     assert len(set(ids)) == len(ids)
     for change in registry.changes():
-        assert callable(change.probe_fn()), change.id
+        assert callable(probe_fn(change)), change.id
         assert change.files and change.tests, change.id
         for line in (change.title, change.why, change.retire_when):
             assert line and "\n" not in line, change.id
@@ -219,8 +219,8 @@ def test_a_made_up_sixth_change_needs_only_a_registry_entry(
 
 
 def fork_tree(fork, version: str):
+    from vllm_fork.facts.names import tag_for
     from vllm_fork.probes import GitTree
-    from vllm_fork.sources.upstream import tag_for
 
     return GitTree(fork.config.upstream_repo, tag_for(version))
 

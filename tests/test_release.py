@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.cli.main import main
-from vllm_fork.config import load_config
 from vllm_fork.errors import OfflineError
 from vllm_fork.release import check, update
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.pipconf import PipConfig
+from vllm_fork.sources.workspace import load_config
 
 from .rebase_support import (
     CLEAN_SERIES,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.cache import CacheLayout, default_cache_dir
+from vllm_fork.facts.names import tag_for
 from vllm_fork.probes.rocm_pins import aiter_pin, amdsmi_imports, dockerfile_args
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sourcetree import DirTree
@@ -169,12 +171,12 @@ def test_recorded_pins_are_what_the_cached_trees_say():
     base's upstream tag, the recorded pin and amdsmi names must still be its."""
     from vllm_fork.sourcetree import GitTree
 
-    repo = Path.home() / ".cache" / "vllm-fork" / "upstream.git"
+    repo = CacheLayout(default_cache_dir()).upstream_git
     bases = contracts.load("bases.json")
     checked = 0
     for version, pin in bases.items():
         try:
-            tree = GitTree(repo, f"upstream/{version}")
+            tree = GitTree(repo, tag_for(version))
         except ValueError:
             continue
         assert aiter_pin(tree) == pin["aiter"], version

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import ExportRefusedError, PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.facts.names import tag_for
 from vllm_fork.series.patches import load_series, parse_patch
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
@@ -48,7 +49,7 @@ def test_materialize_layout_and_commits(fork_repo: ForkRepo, tmp_path: Path) -> 
         "setup.py",
         "vllm",
     ]
-    assert git(tree, "tag").split() == [f"upstream/{FAKE_VERSION}"]
+    assert git(tree, "tag").split() == [tag_for(FAKE_VERSION)]
     assert git(tree, "remote").strip() == ""
     assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == "fork"
     assert git(tree, "config", "vllm-fork.base").strip() == FAKE_VERSION
@@ -276,11 +277,11 @@ def test_export_refuses_an_overwritten_path_a_later_patch_removes(
 
 def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo) -> None:
     """A build tree goes into <cache>/work; a user's DIR anywhere in the cache is refused."""
-    inside = fork_repo.config.cache_dir / "work" / "build-x" / "src"
+    inside = fork_repo.config.cache.work / "build-x" / "src"
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, inside)
     assert materialize(fork_repo.config, None, inside, internal=True).path == inside
-    elsewhere = fork_repo.config.cache_dir / "tmp" / "tree"
+    elsewhere = fork_repo.config.cache.tmp / "tree"
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, elsewhere, internal=True)
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import load_config
+from vllm_fork.facts.names import tag_for
 from vllm_fork.probes import GitTree
 from vllm_fork.series import store
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.materialize import materialize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_materialize_default_base(
     )
     assert status.stdout == ""
     log = subprocess.run(
-        ["git", "log", "--format=%an", f"upstream/{result.version}..HEAD"],
+        ["git", "log", "--format=%an", f"{tag_for(result.version)}..HEAD"],
         cwd=target,
         capture_output=True,
         text=True,

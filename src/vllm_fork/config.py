@@ -5,13 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from vllm_fork.cache import ENV_CACHE, CacheLayout, default_cache_dir
-from vllm_fork.errors import ConfigError, UsageError
-
-if TYPE_CHECKING:
-    from vllm_fork.sources.workspace import Workspace
+from vllm_fork.errors import ConfigError
 
 __all__ = [
     "ENV_CACHE",
@@ -19,8 +15,7 @@ __all__ = [
     "default_cache_dir",
     "discovered_root",
     "find_root",
-    "load_config",
-    "recorded_workspace",
+    "truthy",
 ]
 
 ENV_OFFLINE = "VLLM_FORK_OFFLINE"
@@ -29,7 +24,7 @@ BASES_FILE = "bases.toml"
 KNOWN_ISSUES_FILE = "known-issues.toml"
 
 
-def _truthy(value: str | None) -> bool:
+def truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -102,48 +97,3 @@ class Config:
     @property
     def upstream_repo(self) -> Path:
         return self.cache.upstream_git
-
-
-def load_config(
-    *, offline: bool = False, root: Path | None = None, cache_dir: Path | None = None
-) -> Workspace:
-    """The workspace of one command: the configuration, with pins, series and the
-    fetcher loaded on first use. ``offline`` is also switched on by
-    ``$VLLM_FORK_OFFLINE``."""
-    from vllm_fork.sources.workspace import Workspace
-
-    return Workspace(
-        root=root.resolve() if root else find_root(),
-        cache_dir=cache_dir.resolve() if cache_dir else default_cache_dir(),
-        offline=offline or _truthy(os.environ.get(ENV_OFFLINE)),
-    )
-
-
-def recorded_workspace(config: Workspace, recorded: Path | None, what: str) -> Workspace:
-    """The workspace whose series an operation writes: the repository it
-    started from (``recorded``, kept in the work tree or the rebase state).
-
-    When the user's current checkout (``$VLLM_FORK_ROOT`` or the directory
-    they are in) is another fork repository the operation is refused: writing
-    either would surprise. When they are in no repository at all (the tool
-    fell back to the checkout it is installed from) the recorded one is used.
-    ``what`` names the record in the messages.
-    """
-    if recorded is None:
-        return config
-    recorded = recorded.resolve()
-    if recorded == config.root:
-        return config
-    current = discovered_root()
-    if current is not None and current == config.root:
-        raise UsageError(
-            f"{what} started from the fork repository {recorded}, but this command runs in "
-            f"{config.root}; run it from {recorded} (or set {ENV_ROOT}={recorded}) so that "
-            "its series are written there"
-        )
-    if not (recorded / BASES_FILE).is_file():
-        raise ConfigError(
-            f"{what} started from the fork repository {recorded}, which has no {BASES_FILE} "
-            f"any more; set {ENV_ROOT} to the repository whose series it should write"
-        )
-    return load_config(offline=config.offline, root=recorded, cache_dir=config.cache_dir)

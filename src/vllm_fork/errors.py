@@ -12,30 +12,44 @@ from __future__ import annotations
 
 import errno
 import os
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit statuses of the command line, named once (docs/reliability.md)."""
+
+    OK = 0
+    FAILED = 1  # the operation failed
+    USAGE = 2  # bad command-line input, a refused request
+    CONFIG = 3  # bad configuration
+    FILE_SYSTEM = 4  # a file-system fault
+    INTERNAL = 70  # a bug (EX_SOFTWARE)
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 
 class ForkError(Exception):
     """Base class: a failure the user can act on. ``exit_code`` is the CLI status."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.FAILED
 
 
 class UsageError(ForkError):
     """Bad command-line input (wrong version, bad directory, ...)."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ConfigError(ForkError):
     """The repository, bases.toml or the pip configuration cannot be used."""
 
-    exit_code = 3
+    exit_code = ExitCode.CONFIG
 
 
 class CacheError(ForkError):
     """The download cache cannot be written or read (permissions, not a directory)."""
 
-    exit_code = 4
+    exit_code = ExitCode.FILE_SYSTEM
 
 
 class FileSystemFault(CacheError):
@@ -116,11 +130,11 @@ class UnknownChangeError(SeriesError):
     """A patch names a ``Fork-Change`` that neither the registry nor
     local-changes.toml declares: configuration, not a broken patch."""
 
-    exit_code = 3
+    exit_code = ExitCode.CONFIG
 
 
 class RebaseRefusedError(WorkTreeError):
     """A rebase request refused before anything changed (wrong or dirty tree,
     one already in progress, none to continue): a refused request, exit 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE

@@ -10,8 +10,6 @@ from pathlib import Path
 
 from vllm_fork.errors import GitError, fs_fault
 
-FORK_NAME = "vLLM ROCm fork maintainers"
-FORK_EMAIL = "rocm-fork-maintainers@users.noreply.github.com"
 # what git's stderr says (in the C locale) when a write was refused by the file system
 _FS_TEXTS = tuple((code, os.strerror(code)) for code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT))
 

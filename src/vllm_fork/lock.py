@@ -9,7 +9,6 @@ marked entries, so nothing a user put there is ever deleted.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vllm_fork.cache import CacheLayout, lock_file, staging_dir
+from vllm_fork.hashing import sha256_bytes
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,6 @@ def cache_lock(cache_dir: Path) -> Iterator[None]:
 def dir_lock(cache_dir: Path, target: Path) -> Iterator[None]:
     """Hold an exclusive lock on the work-tree directory ``target`` (kept in the cache,
     so nothing is added next to the user's directory)."""
-    key = hashlib.sha256(str(target).encode()).hexdigest()[:32]
+    key = sha256_bytes(str(target).encode())[:32]
     with _flock(CacheLayout(cache_dir).dir_lock(key), str(target)):
         yield

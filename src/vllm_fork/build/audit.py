@@ -42,9 +42,13 @@ from vllm_fork.build.provenance import (
 )
 from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
 from vllm_fork.errors import ForkError
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import run_git
 from vllm_fork.sources.pins import Base, FilePin
+from vllm_fork.sources.rocm import ensure_rocm_wheel
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.commits import series_commits
+from vllm_fork.tree.materialize import BRANCH, materialize
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +205,6 @@ def sdist_wheel_disagreements(
     file (files only one side has are not disagreements: the wheel's
     packaging decides what it holds).
     """
-    from vllm_fork.sources.upstream import tag_for  # (it loads the index client)
-
     tag = tag_for(version)
     candidates = [
         p
@@ -218,8 +220,6 @@ def _patched_paths(
 ) -> dict[str, list[str]]:
     """Tree path -> ["<patch file> (<change>)", ...] for every path the series changes
     (less the patches the build left out, as its provenance record lists them)."""
-    from vllm_fork.tree.commits import series_commits
-
     series = config.series(version).without(left_out)
     commits = series_commits(tree)
     if len(commits) != len(series.patches):
@@ -317,7 +317,6 @@ def audit_wheel(
         return _audit(
             config, wheel_path, upstream_path, mode, fork, upstream, tree, version, left_out
         )
-    from vllm_fork.tree.materialize import materialize
 
     config.cache.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="audit-", dir=config.cache.work) as tmp:
@@ -352,8 +351,6 @@ def _upstream_wheel(
     """The verified upstream wheel to compare with: ``upstream`` when given, the pinned
     ROCm wheel of ``rocm_variant``, else the base's pinned (CUDA) wheel."""
     if rocm_variant is not None:
-        from vllm_fork.sources.rocm import ensure_rocm_wheel
-
         return ensure_rocm_wheel(config, base.rocm_pin(rocm_variant), fetcher=config.fetcher)
     if upstream is not None:
         return config.fetcher.ensure(upstream)
@@ -375,7 +372,6 @@ def _audit(
     version: str,
     left_out: Collection[str] = (),
 ) -> AuditReport:
-    from vllm_fork.tree.materialize import BRANCH
 
     patched = _patched_paths(tree, version, config, left_out)
     expected = _blobs(tree, BRANCH, patched)

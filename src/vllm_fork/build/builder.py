@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from vllm_fork import __version__, faults
 from vllm_fork.build.audit import align_with_upstream_wheel
 from vllm_fork.build.env import (
     BuildEnvError,
+    build_environment,
     check_build_python,
     check_toolchain,
     compiler_missing,
@@ -41,17 +42,21 @@ from vllm_fork.build.env import (
 from vllm_fork.build.options import check_sources
 from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build, read_backend
 from vllm_fork.build.provenance import PACKAGE_PATH, make_record, write_into_tree
-from vllm_fork.build.rules import left_out_of, precompiled_conflicts, refusal_message
 from vllm_fork.build.verify import verify_wheel
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.git import git_out, run_git
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
+from vllm_fork.probes import DirTree, Finding, probe_all
+from vllm_fork.probes.issues import built_issue_states
+from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.series.forkversion import fork_version, series_revision
 from vllm_fork.series.patches import Series
-from vllm_fork.sources.fetch import sha256_file
+from vllm_fork.series.precompiled import left_out_of, precompiled_conflicts, refusal_message
 from vllm_fork.sources.pins import Base, FilePin, RocmPin
-from vllm_fork.sources.rocm import base_aiter, ensure_rocm_wheel
+from vllm_fork.sources.rocm import ensure_rocm_wheel
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.materialize import materialize
 
 DOCKERFILE_HINT = (
     "For a container build on a ROCm build host: `vllm-fork materialize DIR`, then "
@@ -80,7 +85,6 @@ class BuildRequest:
     plat_name: str | None = None
     full: FullOptions = field(default_factory=FullOptions)
     keep_tree: bool = False
-    signing_key: Path | None = None  # Ed25519 PEM: sign the provenance statement
     rocm_variant: str | None = None  # which pinned ROCm wheel (--device rocm, precompiled)
     rocm_index: str | None = None  # where to download it (default: the index it was pinned from)
 
@@ -96,6 +100,14 @@ class BuildResult:
     device: str
     seconds: float
     build_seconds: float
+    # What the release files beside the wheel say of it (vllm_fork.deploy.release_files):
+    # its provenance record, the build environment's versions, the probes' findings
+    # and each known issue's state on the built tree (None: the pristine base is not
+    # in the cache). Not printed by ``--json``.
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
+    environment: dict[str, str | None] = field(default_factory=dict, compare=False)
+    findings: dict[str, Finding] = field(default_factory=dict, compare=False)
+    known_issues: dict[str, dict[str, Any]] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """What ``vllm-fork build --json`` prints (one object)."""
@@ -380,13 +392,23 @@ def _publish(built: Path, out_dir: Path) -> Path:
     return target
 
 
-def build(config: Workspace, req: BuildRequest) -> BuildResult:
+# Runs the PEP 517 backend of a plan (its ``build_wheel`` hook), logging to the
+# path given; returns the wheel's file name in ``plan.out_dir``. ``build`` takes it as
+# a parameter (as pypa/build takes its runner): :func:`run_backend` by default.
+BackendRunner = Callable[[BuildPlan, Path], str]
+
+
+def build(
+    config: Workspace, req: BuildRequest, *, runner: BackendRunner = run_backend
+) -> BuildResult:
+    """Build and verify the wheel of ``req`` into ``req.out_dir``.
+
+    Only the build: the release files (SBOM, provenance statement, notes) are
+    written after it by the caller (:func:`vllm_fork.deploy.release_files`), as
+    are publishing and deploying.
+    """
     start = time.monotonic()
     prep = prepare(config, req)
-    if req.signing_key is not None:  # a bad key fails now, not after the build
-        from vllm_fork.deploy.attestation import load_private_key
-
-        load_private_key(req.signing_key)
     if req.mode == "full":
         missing = check_sources(req.full)
         if missing:
@@ -408,8 +430,6 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
     work = owned_tempdir(config.cache.work, f"{BUILD_LABEL}{prep.base.version}")
     keep = req.keep_tree
     try:
-        from vllm_fork.tree.materialize import materialize
-
         tree = work / "src"
         log.info(
             f"materializing vLLM {prep.base.version} + "
@@ -464,7 +484,8 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
         )
         t0 = time.monotonic()
         faults.point("build.backend")
-        name = run_backend(plan, work / "build.log")
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        name = runner(plan, work / "build.log")
         build_seconds = time.monotonic() - t0
         built = dist / name
         if not built.is_file():
@@ -480,12 +501,10 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
                 + "\n".join(report.bad)
                 + f"\nkept {work} for inspection"
             )
+        environment = build_environment(python, tree)
+        findings = probe_all(DirTree(tree))
+        known_issues = built_issue_states(config, prep.base.version, DirTree(tree))
         target = _publish(built, out_dir)
-        from vllm_fork.deploy import after_build
-
-        after_build(
-            config, target, record.to_json(), python=python, tree=tree, signing_key=req.signing_key
-        )
         return BuildResult(
             wheel=target,
             sha256=sha256_file(target),
@@ -496,6 +515,10 @@ def build(config: Workspace, req: BuildRequest) -> BuildResult:
             device=req.device,
             seconds=time.monotonic() - start,
             build_seconds=build_seconds,
+            record=record.to_json(),
+            environment=environment,
+            findings=findings,
+            known_issues=known_issues,
         )
     except BuildFailed:
         keep = True

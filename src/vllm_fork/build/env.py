@@ -10,7 +10,6 @@ into it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,13 @@ from vllm_fork.build.inside import script
 from vllm_fork.cache import BUILD_ENV_READY as READY
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class BuildEnvError(ForkError):
@@ -57,6 +62,18 @@ def requirements_file(tree: Path, device: str) -> Path:
     raise BuildEnvError(f"the base has no {candidates[0]} (nor {', '.join(candidates[1:])})")
 
 
+# The torch of the fork's tree venvs (vllm_fork.release.treevenv) and of a
+# precompiled ROCm build's environment. A CPU build is enough (no GPU code
+# runs); the one the local wheel mirror holds.
+ENV_TORCH = "TREE_TORCH"
+DEFAULT_TORCH = "torch==2.13.0"
+
+
+def torch_spec(given: str | None = None) -> str:
+    """The torch requirement for tree venvs: ``given``, else ``$TREE_TORCH``, else the default."""
+    return given or os.environ.get(ENV_TORCH) or DEFAULT_TORCH
+
+
 # What vLLM's setup.py needs to run its precompiled path (it compiles nothing there):
 # the build backend and its tools, and an importable torch (it reads torch.version).
 PRECOMPILED_ROCM_TOOLS = ("setuptools", "setuptools-scm", "wheel", "packaging", "jinja2")
@@ -71,8 +88,6 @@ def precompiled_rocm_requirements(tree: Path, work: Path) -> Path:
     build tools' lines of that file are kept and torch is the CPU build the fork's
     tree venvs use (``TREE_TORCH``); the plan gives torch.version.hip the pinned ROCm
     version (:data:`vllm_fork.build.plan.ROCM_VIEW`)."""
-    from vllm_fork.release.treevenv import torch_spec
-
     source = requirements_file(tree, "rocm")
     keep = [
         str(req)
@@ -101,7 +116,7 @@ def requirement_lines(path: Path) -> Iterator[Requirement]:
 
 
 def env_key(requirements: Path, python_version: str) -> str:
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
+    digest = sha256_file(requirements)[:12]
     return f"py{python_version}-{requirements.stem}-{digest}"
 
 
@@ -343,3 +358,18 @@ def check_toolchain(device: str, info: PythonInfo) -> list[str]:
                 f"{info.torch_hip or '(torch has no HIP)'}"
             )
     return problems
+
+
+def build_environment(python: str, tree: Path) -> dict[str, str | None]:
+    """Versions in the build environment: Python, torch, the build backend and its tools."""
+    info = probe_python(python)
+    env: dict[str, str | None] = {"python": info.version}
+    env.update(info.packages)
+    try:
+        with open(tree / "pyproject.toml", "rb") as fh:
+            env["build-backend"] = tomllib.load(fh)["build-system"]["build-backend"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        env["build-backend"] = None
+    env["torch-cuda"] = info.torch_cuda
+    env["torch-hip"] = info.torch_hip
+    return env

@@ -15,7 +15,6 @@ Read it where the wheel is installed (vLLM itself is not imported)::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import sys
@@ -25,8 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_fork import safejson
-from vllm_fork.errors import ForkError
-from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL
+from vllm_fork.diffs import touched_paths
+from vllm_fork.errors import ExitCode, ForkError
+from vllm_fork.facts import registry
+from vllm_fork.hashing import sha256_bytes
+from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, ORIGIN_BACKPORT, origin_fields
 
 if TYPE_CHECKING:
     from vllm_fork.build.wheelfile import Wheel
@@ -37,16 +39,9 @@ SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def upstream_pr(change: str, origin: str) -> str | None:
     """The PR of a ``backport, <url>[, commit:<sha>]`` origin, else the PR the
     change belongs to (from the change registry; None for support patches)."""
-    from vllm_fork.facts import registry
-    from vllm_fork.series.patches import ORIGIN_BACKPORT, origin_fields
-
     category, url, _ = origin_fields(origin)
     if category == ORIGIN_BACKPORT:
         return url
@@ -295,8 +290,6 @@ class Provenance:
 
 def patch_entries(series: Series) -> tuple[PatchEntry, ...]:
     """One entry per patch, in series order."""
-    from vllm_fork.build.rules import touched_paths
-
     entries = []
     for path, header in zip(series.patches, series.headers, strict=True):
         data = path.read_bytes()
@@ -436,18 +429,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             "no fork provenance: vllm is not installed here or is not a fork build", file=sys.stderr
         )
-        return 1
+        return ExitCode.FAILED
     text = path.read_text(encoding="utf-8")
     try:
         record = parse(text)
     except ValueError as exc:
         print(f"{path}: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     if args.json:
         print(dumps(json.loads(text)), end="")  # the record as written, keys sorted
-        return 0
+        return ExitCode.OK
     print(format_record(record, source=str(path)))
-    return 0
+    return ExitCode.OK
 
 
 def format_record(record: Provenance, source: str | None = None) -> str:

@@ -31,6 +31,7 @@ from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.state import PART_CHANGE, carries
+from vllm_fork.probes import DirTree, base_findings, probe_all
 
 
 class SmokeFailed(ForkError):
@@ -214,12 +215,11 @@ def smoke(
                 result.lines.append(f"{label} {info[key]}")
             else:
                 result.failures.append(f"{label} is {info[key]}, the wheel is {expected}")
-        from vllm_fork.probes import DirTree, probe_all
 
         site = Path(info["package_dir"]).parent
         findings = probe_all(DirTree(site))
-        base_findings = _base_findings(config, record["base"]["version"])
-        lines, failures = check_changes(record, findings, base_findings)
+        pristine = base_findings(config, record["base"]["version"])
+        lines, failures = check_changes(record, findings, pristine)
         result.lines += lines
         result.failures += failures
         return result
@@ -232,19 +232,6 @@ def _import_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
-
-
-def _base_findings(config: Config, version: str) -> dict[str, Any] | None:
-    """Probes of the pristine base in the cache (for changes a wheel cannot show)."""
-    try:
-        from vllm_fork.probes import GitTree, probe_all
-        from vllm_fork.sources.upstream import imported_sha256, tag_for
-
-        if imported_sha256(config.upstream_repo, version) is None:
-            return None
-        return probe_all(GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}"))
-    except (ForkError, OSError, ImportError):
-        return None
 
 
 def format_result(wheel: Path | None, result: SmokeResult) -> str:

@@ -21,11 +21,12 @@ Checks, each reported as one line:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.build.audit import NoBaselineError, audit_wheel
 from vllm_fork.build.provenance import (
     PACKAGE_PATH,
     MalformedRecord,
@@ -34,9 +35,9 @@ from vllm_fork.build.provenance import (
     make_record,
     parse,
 )
-from vllm_fork.build.rules import left_out_of
 from vllm_fork.build.wheelfile import Wheel, WheelError, format_findings
 from vllm_fork.errors import ForkError
+from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.series.forkversion import (
     NOFULL,
     fork_version,
@@ -44,6 +45,7 @@ from vllm_fork.series.forkversion import (
     rocm_variant,
     series_revision,
 )
+from vllm_fork.series.precompiled import left_out_of
 from vllm_fork.sources.workspace import Workspace
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
@@ -102,28 +104,26 @@ def _compare_patches(
         report.ok.append("series patches: none (pristine base)")
 
 
+# A further check of the wheel, given its record and the pinned base as a record
+# gives it: (ok lines, mismatch lines). The release files beside the wheel are
+# checked this way (vllm_fork.deploy.verify_release), above this layer.
+RecordCheck = Callable[[Path, dict[str, Any], dict[str, Any]], tuple[list[str], list[str]]]
+
+
 def verify_wheel(
     config: Workspace,
     wheel_path: Path,
     *,
-    public_key: Path | None = None,
-    require_release_files: bool = False,
     tree: Path | None = None,
+    also: RecordCheck | None = None,
 ) -> Report:
-    """Check ``wheel_path``; ``tree``: a materialization of its base + series to reuse."""
+    """Check ``wheel_path``; ``tree``: a materialization of its base + series to reuse;
+    ``also``: a further check run before the delta audit."""
     report = Report()
     try:
         _verify(config, Path(wheel_path), report)
-        if report.record is not None and report.expected_base is not None:
-            from vllm_fork.deploy import check_release_files
-
-            ok, bad = check_release_files(
-                Path(wheel_path),
-                report.record,
-                report.expected_base,
-                public_key=public_key,
-                required=require_release_files,
-            )
+        if also is not None and report.record is not None and report.expected_base is not None:
+            ok, bad = also(Path(wheel_path), report.record, report.expected_base)
             report.ok += ok
             report.bad += bad
     except (KeyError, TypeError, AttributeError) as exc:
@@ -135,8 +135,6 @@ def verify_wheel(
 
 def _audit(config: Workspace, wheel_path: Path, report: Report, tree: Path | None) -> None:
     """The delta audit against upstream's wheel (`vllm-fork audit`), as one line."""
-    from vllm_fork.build.audit import NoBaselineError, audit_wheel
-
     try:
         audit = audit_wheel(config, wheel_path, tree=tree, checked=True)
     except NoBaselineError as exc:
@@ -176,8 +174,6 @@ def _rocm_pin(config: Workspace, base: Any, record: Any, report: Report) -> Any:
 
 
 def _aiter(config: Workspace, version: str) -> str | None:
-    from vllm_fork.sources.rocm import base_aiter
-
     return base_aiter(config, version)
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.errors import UsageError
+from vllm_fork.errors import ExitCode, UnsupportedBaseError, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,8 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
 
 def build_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.build.builder import BuildRequest, build, dry_run
-    from vllm_fork.errors import UnsupportedBaseError
+    from vllm_fork.deploy import release_files
+    from vllm_fork.deploy.attestation import load_private_key
     from vllm_fork.sources.pins import require_supported
 
     base = config.base(args.base)
@@ -147,29 +148,31 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
         plat_name=args.plat_name,
         full=_full_options(args),
         keep_tree=args.keep_tree,
-        signing_key=args.signing_key,
         rocm_variant=args.rocm_variant,
         rocm_index=args.rocm_index,
     )
     if args.dry_run:
         text = dry_run(config, req)
         print(json.dumps({"dry_run": text}, indent=2) if args.json else text)
-        return 0
+        return ExitCode.OK
+    if args.signing_key is not None:  # a bad key fails now, not after the build
+        load_private_key(args.signing_key)
     result = build(config, req)
+    release_files(config, result, signing_key=args.signing_key)
     if args.json:
         log.info(
             f"vllm {result.version}: built in {result.seconds:.0f} s "
             f"(vLLM's build step {result.build_seconds:.0f} s)"
         )
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
-        return 0
+        return ExitCode.OK
     size = result.wheel.stat().st_size / 2**20
     print(f"{result.wheel} ({size:.0f} MiB)")
     print(
         f"vllm {result.version}: built in {result.seconds:.0f} s "
         f"(vLLM's build step {result.build_seconds:.0f} s)"
     )
-    return 0
+    return ExitCode.OK
 
 
 # --- verify ------------------------------------------------------------------------
@@ -192,16 +195,16 @@ def verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def verify_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.build.verify import verify_wheel
+    from vllm_fork.deploy import verify_release
 
-    report = verify_wheel(
+    report = verify_release(
         config,
         args.wheel,
         public_key=args.public_key,
         require_release_files=args.require_release_files,
     )
     print(report.format())
-    return 0 if report.passed else 1
+    return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
 # --- audit -------------------------------------------------------------------------
@@ -213,8 +216,6 @@ def audit_args(p: argparse.ArgumentParser) -> None:
 
 
 def audit_run(args: argparse.Namespace, config: Workspace) -> int:
-    import json
-
     from vllm_fork.build.audit import audit_wheel
 
     report = audit_wheel(config, args.wheel)
@@ -222,7 +223,7 @@ def audit_run(args: argparse.Namespace, config: Workspace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(report.format())
-    return 0 if report.passed else 1
+    return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
 # --- smoke -------------------------------------------------------------------------
@@ -271,4 +272,4 @@ def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
         import_vllm=not args.no_import,
     )
     print(format_result(args.wheel, result))
-    return 0 if not result.failures else 1
+    return ExitCode.OK if not result.failures else ExitCode.FAILED

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from vllm_fork.config import Config
+from vllm_fork.errors import ExitCode, ForkError, UsageError
+from vllm_fork.hashing import sha256_file
 
 
 def publish_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +49,7 @@ def publish_run(args: argparse.Namespace, config: Config) -> int:
     )
     for item in done:
         print(f"{item.wheel.name}: {item.action}")
-    return 0
+    return ExitCode.OK
 
 
 def notes_args(p: argparse.ArgumentParser) -> None:
@@ -70,16 +73,12 @@ def _known_issues_of(config: Config, record: dict) -> dict | None:
     """The known-issue states of the wheel's base and series, as ``status`` computes
     them; None (the notes say "not judged") when the wheel was built from another
     series than ``series/<base>/`` holds now, or the base cannot be probed here."""
-    import hashlib
-    import logging
-
-    from vllm_fork.errors import ForkError
     from vllm_fork.reports.status import compute_status
 
     version = record["base"]["version"]
     try:
         series = config.series(version)  # type: ignore[attr-defined]
-        now = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in series.patches}
+        now = {p.name: sha256_file(p) for p in series.patches}
         built = {p["file"]: p["sha256"] for p in record["series"]["patches"]}
         if any(now.get(name) != digest for name, digest in built.items()):
             return None
@@ -93,9 +92,9 @@ def _known_issues_of(config: Config, record: dict) -> dict | None:
 def notes_run(args: argparse.Namespace, config: Config) -> int:
     from vllm_fork.build.provenance import from_wheel
     from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.deploy import file_sha256, previous_record
+    from vllm_fork.deploy import previous_record
     from vllm_fork.deploy.notes import make_notes
-    from vllm_fork.errors import ForkError, UsageError
+    from vllm_fork.hashing import sha256_file
 
     def record_of(path: Path) -> dict:
         try:
@@ -117,10 +116,10 @@ def notes_run(args: argparse.Namespace, config: Config) -> int:
         make_notes(
             record,
             wheel_name=args.wheel.name,
-            wheel_sha256=file_sha256(args.wheel),
+            wheel_sha256=sha256_file(args.wheel),
             previous=previous,
             known_issues=_known_issues_of(config, record),
         ),
         end="",
     )
-    return 0
+    return ExitCode.OK

@@ -4,6 +4,12 @@ Subcommands live in :data:`COMMANDS`, a table of name -> (help, add_arguments,
 run); a later subcommand is one more entry. Each command gets the one
 :class:`~vllm_fork.sources.workspace.Workspace` of its run (pins, series, cache
 layout and fetcher, each loaded once) and passes it down.
+
+The CLI is the top layer (docs/architecture.md): it may import every package.
+A subcommand's ``run`` imports the modules that implement it inside the
+function, so that ``vllm-fork --help`` and every other command do not load
+them; these lazy subcommand imports are the only function-level imports of the
+tool's own modules (tests/test_layers.py checks the rest of the package).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -34,9 +41,9 @@ from vllm_fork.cli.release import (
     update_args,
     update_run,
 )
-from vllm_fork.config import ENV_CACHE, load_config
-from vllm_fork.errors import CacheError, ForkError, UsageError
-from vllm_fork.sources.workspace import Workspace
+from vllm_fork.config import ENV_CACHE
+from vllm_fork.errors import ExitCode, ForkError, UsageError
+from vllm_fork.sources.workspace import Workspace, load_config
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ def _pin_run(args: argparse.Namespace, config: Workspace) -> int:
             f"{args.versions[0]}: {pin.filename} ({pin.variant}, ROCm {pin.rocm}, {pin.python}) "
             f"sha256 {pin.sha256}"
         )
-        return 0
+        return ExitCode.OK
     if args.rocm_variant:
         raise UsageError("--rocm-variant goes with --rocm-index or --rocm-wheel")
     pins = pin_versions(
@@ -108,7 +115,7 @@ def _pin_run(args: argparse.Namespace, config: Workspace) -> int:
         base = pins.get(version)
         wheel = base.wheel.filename if base.wheel else "(no x86_64 wheel)"
         print(f"{base.version}: {base.sdist.filename} {wheel}")
-    return 0
+    return ExitCode.OK
 
 
 # --- fetch -------------------------------------------------------------------------
@@ -130,7 +137,7 @@ def _fetch_run(args: argparse.Namespace, config: Workspace) -> int:
         if base.wheel is None:
             raise ForkError(f"bases.toml pins no wheel for {base.version}")
         print(fetcher.ensure(base.wheel))
-    return 0
+    return ExitCode.OK
 
 
 # --- materialize -------------------------------------------------------------------
@@ -162,7 +169,7 @@ def _materialize_run(args: argparse.Namespace, config: Workspace) -> int:
     require_supported(config, config.base(args.base), allow=args.allow_unsupported)
     result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
     print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
-    return 0
+    return ExitCode.OK
 
 
 # --- export ------------------------------------------------------------------------
@@ -187,7 +194,7 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
         print(f"  wrote {name}")
     for name in result.removed:
         print(f"  removed {name}")
-    return 0
+    return ExitCode.OK
 
 
 def _series_store_args(p: argparse.ArgumentParser) -> None:
@@ -264,7 +271,7 @@ def _status_run(args: argparse.Namespace, config: Workspace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(format_status(report))
-    return 0
+    return ExitCode.OK
 
 
 # --- test --------------------------------------------------------------------------
@@ -358,7 +365,7 @@ def _change_run(args: argparse.Namespace, config: Workspace) -> int:
         f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
         "then `vllm-fork export DIR` and commit local-changes.toml with series/"
     )
-    return 0
+    return ExitCode.OK
 
 
 # --- gpu-bundle --------------------------------------------------------------------
@@ -384,8 +391,6 @@ def _gpu_bundle_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
-    import tempfile
-
     from vllm_fork.testing.gpubundle import bundle_size, write_bundle
     from vllm_fork.tree.materialize import materialize
 
@@ -402,7 +407,7 @@ def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
         f"{out}: GPU test bundle of vLLM {manifest['base']} ({len(manifest['runs'])} runs, "
         f"{size / 2**20:.1f} MiB); on the GPU host: sh {out.name}/run.sh RESULTS_DIR"
     )
-    return 0
+    return ExitCode.OK
 
 
 COMMANDS: dict[str, Command] = {
@@ -566,18 +571,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except Terminated:
         print("vllm-fork: terminated (SIGTERM); nothing partial was left", file=sys.stderr)
-        return 143
+        return ExitCode.TERMINATED
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-            return 0
+            return ExitCode.OK
         if args.verbose:
             traceback.print_exc()
         print(f"vllm-fork: error: {_fs_message(exc)}", file=sys.stderr)
-        return CacheError.exit_code
+        return ExitCode.FILE_SYSTEM
     except KeyboardInterrupt:
         print("vllm-fork: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:
         if args.verbose:
             traceback.print_exc()
@@ -586,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(a bug: rerun with -v for the traceback and report it)",
             file=sys.stderr,
         )
-        return 70
+        return ExitCode.INTERNAL
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_fork.errors import UsageError
+from vllm_fork.errors import ExitCode, ForkError, SeriesError, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 
@@ -84,7 +84,7 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
     try:
         if args.abort:
             abort_rebase(config, args.dir, log=log)
-            return 0
+            return ExitCode.OK
         if args.cont or args.skip:
             result = continue_rebase(
                 config, args.dir, skip=args.skip, reason=args.reason or "", log=log
@@ -101,7 +101,7 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
             )
     except RebaseConflict as exc:
         print(str(exc))
-        return 1
+        return ExitCode.FAILED
     state = result.state
     print()
     print(summary_table(state, old_series_names(state)))
@@ -117,7 +117,7 @@ def rebase_run(args: argparse.Namespace, config: Workspace) -> int:
         print(f"{Path(state.old_series_dir) / name}: Applied-Upstream: {state.onto_version}")
     for path in result.review:
         print(f"review: {path}")
-    return 0
+    return ExitCode.OK
 
 
 def matrix_args(p: argparse.ArgumentParser) -> None:
@@ -151,7 +151,6 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
 
 def _issue_states(config: Workspace, versions: list[str], log) -> dict:
     """Per release, the known-issue states with its own series (or why not)."""
-    from vllm_fork.errors import ForkError, SeriesError
     from vllm_fork.reports.status import base_issue_states
 
     out: dict = {}
@@ -224,4 +223,4 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
             sys.stdout.write(text)
         else:
             args.json.write_text(text)
-    return 1 if matrix.unavailable else 0
+    return ExitCode.FAILED if matrix.unavailable else ExitCode.OK

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork.config import Config
+from vllm_fork.errors import ExitCode
 
 
 def _write(path: Path | None, text: str) -> None:
@@ -78,7 +79,7 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     print(table)
     _write(args.markdown, f"# Release check\n\n{table}\n")
     _write(args.json, _dump(report.to_json()))
-    return 0 if report.passed else 1
+    return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
 def release_merge_args(p: argparse.ArgumentParser) -> None:
@@ -155,16 +156,16 @@ def ci_workflows_run(args: argparse.Namespace, config: Config) -> int:
             print(diff)
         if diffs:
             print("the CI files differ from bases.toml's: run `vllm-fork ci-workflows --write`")
-            return 1
+            return ExitCode.FAILED
         print("the CI files are up to date")
-        return 0
+        return ExitCode.OK
     if args.write:
         written = workflows.write(config)
         for rel in written:
             print(f"wrote {rel}")
         if not written:
             print("the CI files are up to date")
-        return 0
+        return ExitCode.OK
     for line in workflows.job_list(config):
         print(line)
-    return 0
+    return ExitCode.OK

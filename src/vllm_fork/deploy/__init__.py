@@ -8,7 +8,6 @@ two against the wheel and the pins; ``publish`` requires both.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -17,7 +16,17 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
+from vllm_fork import safejson
+from vllm_fork.build.builder import BuildResult
+from vllm_fork.build.provenance import from_wheel
+from vllm_fork.build.verify import Report, verify_wheel
+from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.deploy import attestation, notes, sbom
+from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
+from vllm_fork.probes import base_findings
+from vllm_fork.series.forkversion import check_fork_version
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +38,6 @@ def sidecar(wheel: Path, suffix: str) -> Path:
     return wheel.with_name(wheel.name + suffix)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @dataclass(frozen=True)
 class ReleaseFiles:
     sbom: Path
@@ -46,10 +47,6 @@ class ReleaseFiles:
 
 def previous_record(wheel: Path) -> dict[str, Any] | None:
     """The record of the newest older fork wheel of the same base beside ``wheel``."""
-    from vllm_fork.build.provenance import from_wheel
-    from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.series.forkversion import check_fork_version
-
     _, version, _, _ = parse_wheel_filename(wheel.name)
     base, revision = check_fork_version(str(version))
     best: tuple[int, Path] | None = None
@@ -79,7 +76,7 @@ def write_release_files(
     known_issues: dict[str, dict[str, Any]] | None = None,
 ) -> ReleaseFiles:
     """Write the SBOM, the provenance statement and the release notes beside ``wheel``."""
-    digest = file_sha256(wheel)
+    digest = sha256_file(wheel)
     key_path = signing_key or (
         Path(os.environ[SIGNING_KEY_ENV]) if os.environ.get(SIGNING_KEY_ENV) else None
     )
@@ -139,7 +136,7 @@ def check_release_files(
     ok: list[str] = []
     bad: list[str] = []
     wheel = Path(wheel)
-    digest = file_sha256(wheel)
+    digest = sha256_file(wheel)
     key_path = public_key or (
         Path(os.environ[PUBLIC_KEY_ENV]) if os.environ.get(PUBLIC_KEY_ENV) else None
     )
@@ -181,8 +178,6 @@ def check_release_files(
 def _unreadable_json(path: Path) -> str | None:
     """Why the release file at ``path`` cannot be read as JSON within the limits
     (:mod:`vllm_fork.safejson`), or None (its size is checked before it is read)."""
-    from vllm_fork import safejson
-
     size = path.stat().st_size
     if size > safejson.MAX_BYTES:
         return f"{size} bytes, more than the {safejson.MAX_BYTES} a document may have"
@@ -193,28 +188,8 @@ def _unreadable_json(path: Path) -> str | None:
     return None
 
 
-def build_environment(python: str, tree: Path) -> dict[str, str | None]:
-    """Versions in the build environment: Python, torch, the build backend and its tools."""
-    from vllm_fork.build.env import probe_python
-    from vllm_fork.sources.pins import tomllib
-
-    info = probe_python(python)
-    env: dict[str, str | None] = {"python": info.version}
-    env.update(info.packages)
-    try:
-        with open(tree / "pyproject.toml", "rb") as fh:
-            env["build-backend"] = tomllib.load(fh)["build-system"]["build-backend"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        env["build-backend"] = None
-    env["torch-cuda"] = info.torch_cuda
-    env["torch-hip"] = info.torch_hip
-    return env
-
-
 def sdist_source_url(config: Any, filename: str) -> str | None:
     """Where the configured index serves the sdist (None offline or when unreachable)."""
-    from vllm_fork.errors import ForkError
-
     if config.offline:
         return None
     try:
@@ -224,42 +199,39 @@ def sdist_source_url(config: Any, filename: str) -> str | None:
         return None
 
 
-def after_build(
-    config: Any,
-    wheel: Path,
-    record: dict[str, Any],
-    *,
-    python: str,
-    tree: Path,
-    signing_key: Path | None = None,
+def release_files(
+    config: Any, result: BuildResult, *, signing_key: Path | None = None
 ) -> ReleaseFiles:
-    """The build's hook: SBOM, provenance and notes beside the finished wheel."""
-    from vllm_fork.build.smoke import _base_findings
-    from vllm_fork.probes import DirTree, probe_all
-
-    version = record["base"]["version"]
+    """SBOM, provenance statement and notes beside a finished build's wheel (the
+    CLI writes them after :func:`vllm_fork.build.builder.build`)."""
     return write_release_files(
-        wheel,
-        record,
-        build_environment(python, tree),
-        sdist_url=sdist_source_url(config, record["base"]["sdist"]["filename"]),
+        result.wheel,
+        result.record,
+        result.environment,
+        sdist_url=sdist_source_url(config, result.record["base"]["sdist"]["filename"]),
         signing_key=signing_key,
-        findings=probe_all(DirTree(tree)),
-        base_findings=_base_findings(config, version),
-        known_issues=built_issue_states(config, version, DirTree(tree)),
+        findings=result.findings,
+        base_findings=base_findings(config, result.base),
+        known_issues=result.known_issues,
     )
 
 
-def built_issue_states(config: Any, version: str, built: Any) -> dict[str, dict[str, Any]] | None:
-    """Each known issue on a built tree (None when the pristine base is not in the
-    cache, so "fixed upstream" and "fixed by fork" cannot be told apart)."""
-    from vllm_fork.probes import GitTree
-    from vllm_fork.reports.status import known_issue_states, series_fixes
-    from vllm_fork.sources.upstream import imported_sha256, tag_for
+def verify_release(
+    config: Workspace,
+    wheel: Path,
+    *,
+    public_key: Path | None = None,
+    require_release_files: bool = False,
+    tree: Path | None = None,
+) -> Report:
+    """:func:`vllm_fork.build.verify.verify_wheel` and the release files beside the
+    wheel (absent ones are a mismatch only when ``require_release_files``)."""
 
-    if imported_sha256(config.upstream_repo, version) is None:
-        return None
-    fixes = series_fixes(config.series(version))
-    pristine = GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}")
-    states = known_issue_states(config, pristine, built, fixes)
-    return {s.issue: s.to_json() for s in states}
+    def release_checks(
+        path: Path, record: dict[str, Any], pins: dict[str, Any]
+    ) -> tuple[list[str], list[str]]:
+        return check_release_files(
+            path, record, pins, public_key=public_key, required=require_release_files
+        )
+
+    return verify_wheel(config, wheel, tree=tree, also=release_checks)

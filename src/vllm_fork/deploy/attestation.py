@@ -18,7 +18,6 @@ key, the signature. No online signing service is involved.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from vllm_fork import safejson
 from vllm_fork.errors import UsageError
+from vllm_fork.hashing import sha256_bytes
 
 SUFFIX = ".intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -42,7 +42,7 @@ ENV_URI = "urn:vllm-fork:build-env"
 def series_digest(patches: list[dict[str, Any]]) -> str:
     """One sha256 for the series: of ``<sha256>  <file>`` lines in series order."""
     lines = "".join(f"{p['sha256']}  {p['file']}\n" for p in patches)
-    return hashlib.sha256(lines.encode()).hexdigest()
+    return sha256_bytes(lines.encode())
 
 
 def make_statement(
@@ -86,7 +86,7 @@ def make_statement(
     deps.append(
         {
             "uri": ENV_URI,
-            "digest": {"sha256": hashlib.sha256(env_bytes).hexdigest()},
+            "digest": {"sha256": sha256_bytes(env_bytes)},
             "annotations": env,
         }
     )
@@ -130,7 +130,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 def keyid(public: Ed25519PublicKey) -> str:
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()
+    return sha256_bytes(raw)
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

@@ -18,15 +18,23 @@ import contextlib
 import hashlib
 import io
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import requests
+from packaging.utils import parse_wheel_filename
+from pypi_simple import NoSuchProjectError, PyPISimple
 
+from vllm_fork.build.provenance import from_wheel
+from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import Config
+from vllm_fork.deploy import verify_release
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_file
+from vllm_fork.series.forkversion import check_fork_version
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,7 @@ class Published:
 
 def twine_settings(repository: str, config_file: str | None = None):  # -> twine Settings
     """twine's settings for ``repository`` (a ~/.pypirc name or an upload URL)."""
+    # lazy: importing twine takes about half a second, and only publishing uses it
     from twine.settings import Settings
 
     parser = argparse.ArgumentParser(add_help=False)
@@ -85,8 +94,6 @@ def index_files(
     session: requests.Session, index: str, project: str
 ) -> dict[str, tuple[str | None, str]]:
     """filename -> (sha256 or None when the index gives none, URL) of ``project`` on ``index``."""
-    from pypi_simple import NoSuchProjectError, PyPISimple
-
     client = PyPISimple(endpoint=index, session=session)
     try:
         page = client.get_project_page(project)
@@ -114,11 +121,9 @@ def publish(
     public_key: Path | None = None,
     config_file: str | None = None,
 ) -> list[Published]:
+    # lazy: importing twine takes about half a second, and only publishing uses it
     from twine.exceptions import TwineException
     from twine.package import PackageFile
-
-    from vllm_fork.build.verify import verify_wheel
-    from vllm_fork.deploy import file_sha256
 
     for wheel in wheels:
         if not wheel.is_file():
@@ -135,7 +140,9 @@ def publish(
     done: list[Published] = []
     try:
         for wheel in wheels:
-            report = verify_wheel(config, wheel, public_key=public_key, require_release_files=True)
+            report = verify_release(
+                config, wheel, public_key=public_key, require_release_files=True
+            )
             if not report.passed:
                 raise PublishError(
                     f"refusing {wheel.name}: it does not verify ({report.bad[0]}"
@@ -143,7 +150,7 @@ def publish(
                     + "); run `vllm-fork verify` on it"
                 )
         for wheel in wheels:
-            digest = file_sha256(wheel)
+            digest = sha256_file(wheel)
             try:
                 present = index_files(repo.session, index, "vllm")
             except requests.HTTPError as exc:
@@ -199,14 +206,6 @@ def previous_published(
 ) -> dict[str, Any] | None:
     """The provenance record of the newest fork version of the same base older than
     ``version`` on ``index`` (its wheel is downloaded), or None when there is none."""
-    import tempfile
-
-    from packaging.utils import parse_wheel_filename
-
-    from vllm_fork.build.provenance import from_wheel
-    from vllm_fork.build.wheelfile import Wheel
-    from vllm_fork.series.forkversion import check_fork_version
-
     session = session or requests.Session()
     base, revision = check_fork_version(version)
     best: tuple[int, str, str] | None = None

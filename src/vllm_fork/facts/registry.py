@@ -16,18 +16,25 @@ Releases are upstream vLLM versions; "since" and "until" bounds are inclusive.
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import tomli_w
 from packaging.version import Version
 
+from vllm_fork.config import find_root
+from vllm_fork.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 if TYPE_CHECKING:
-    from vllm_fork.facts.finding import Finding
-    from vllm_fork.sourcetree import SourceTree
+    pass
 
 PR_URL = "https://github.com/vllm-project/vllm/pull/"
 # Patch headers write an upstream commit as ``commit:<sha>`` (DEP-3's commit notation).
@@ -111,12 +118,6 @@ class Change:
         """``found`` (a probe's hardening) less the items that do not apply to ``version``."""
         keep = set(self.hardening_at(version))
         return {k: v for k, v in found.items() if k in keep}
-
-    def probe_fn(self) -> Callable[[SourceTree], Finding]:
-        if self.local:
-            return _local_probe
-        module, _, name = self.probe.partition(":")
-        return getattr(importlib.import_module(module), name)
 
     def files_at(self, version: str) -> tuple[str, ...]:
         """The paths the change lands in at ``version``."""
@@ -383,17 +384,8 @@ _LOCAL_KEYS = {"id", "title", "why", "retire_when", "files", "tests"}
 _local_cache: dict[Path, tuple[tuple[int, int], tuple[Change, ...]]] = {}
 
 
-def _local_probe(tree: SourceTree) -> Finding:
-    from vllm_fork.facts.finding import UNPROBED, Finding
-
-    return Finding(UNPROBED, "a local change (no probe): carried where its patches are")
-
-
 def local_file() -> Path | None:
     """``local-changes.toml`` of the fork repository in use (None: outside one)."""
-    from vllm_fork.config import find_root
-    from vllm_fork.errors import ConfigError
-
     try:
         return find_root() / LOCAL_FILE
     except ConfigError:
@@ -401,8 +393,6 @@ def local_file() -> Path | None:
 
 
 def _strings(value: object, where: str) -> tuple[str, ...]:
-    from vllm_fork.errors import ConfigError
-
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings")
     return tuple(value)
@@ -410,9 +400,6 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
 
 def parse_local(path: Path) -> tuple[Change, ...]:
     """The changes ``path`` declares; ConfigError (exit 3) names what is wrong."""
-    from vllm_fork.errors import ConfigError
-    from vllm_fork.sources.pins import tomllib
-
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -503,8 +490,6 @@ def header_ids() -> tuple[str, ...]:
 
 def local_entry(change_id: str, title: str, why: str = "", retire_when: str = "") -> str:
     """The TOML of one ``[[change]]`` entry of local-changes.toml."""
-    import tomli_w
-
     entry = {"id": change_id, "title": title}
     entry.update({k: v for k, v in (("why", why), ("retire_when", retire_when)) if v})
     return "[[change]]\n" + tomli_w.dumps(entry)

@@ -12,9 +12,30 @@ from the change registry (vllm_fork.facts.registry).
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from vllm_fork.config import Config
+from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
-from vllm_fork.facts.finding import ABSENT, NA, PRESENT, Finding
+from vllm_fork.facts.finding import ABSENT, NA, PRESENT, UNPROBED, Finding
+from vllm_fork.facts.names import tag_for
+from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sourcetree import DirTree, GitTree, SourceTree
+
+
+def probe_fn(change: registry.Change) -> Callable[[SourceTree], Finding]:
+    """The probe of ``change``: the registry names it ``module:function`` (a
+    module of this package), so the registry stays data and imports no probe."""
+    if change.local:
+        return _local_probe
+    module, _, name = change.probe.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _local_probe(tree: SourceTree) -> Finding:
+    return Finding(UNPROBED, "a local change (no probe): carried where its patches are")
 
 
 def probe(change_id: str, tree: SourceTree) -> Finding:
@@ -26,7 +47,7 @@ def probe(change_id: str, tree: SourceTree) -> Finding:
     the registry does not know is a bug in the probe.
     """
     change = registry.get(change_id)
-    found = change.probe_fn()(tree)
+    found = probe_fn(change)(tree)
     unknown = (set(found.hardening) | found.hardening_na) - set(change.hardening_ids)
     if unknown:
         raise ValueError(
@@ -46,6 +67,16 @@ def probe_all(tree: SourceTree) -> dict[str, Finding]:
     return {cid: probe(cid, tree) for cid in registry.change_ids()}
 
 
+def base_findings(config: Config, version: str) -> dict[str, Any] | None:
+    """Probes of the pristine base in the cache (for changes a wheel cannot show)."""
+    try:
+        if imported_sha256(config.upstream_repo, version) is None:
+            return None
+        return probe_all(GitTree(config.upstream_repo, f"refs/tags/{tag_for(version)}"))
+    except (ForkError, OSError, ImportError):
+        return None
+
+
 __all__ = [
     "ABSENT",
     "NA",
@@ -54,6 +85,8 @@ __all__ = [
     "Finding",
     "GitTree",
     "SourceTree",
+    "base_findings",
     "probe",
     "probe_all",
+    "probe_fn",
 ]

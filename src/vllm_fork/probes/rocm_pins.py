@@ -19,8 +19,12 @@ from typing import Protocol
 
 from dockerfile_parse import DockerfileParser
 
+from vllm_fork.config import Config
+from vllm_fork.facts.names import tag_for
 from vllm_fork.probes.pyast import parse
-from vllm_fork.sourcetree import SourceTree
+from vllm_fork.sources.upstream import ensure_upstream
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.sourcetree import GitTree, SourceTree
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +101,14 @@ def amdsmi_imports(tree: ListableTree, package: str = "vllm") -> dict[str, list[
         for name in sorted(amdsmi_imports_in(text)):
             users.setdefault(name, []).append(path)
     return dict(sorted(users.items()))
+
+
+def base_aiter(config: Config, version: str) -> str | None:
+    """The AITER tag the ROCm base image of upstream's ``version`` pins (read from the
+    imported sdist, ``docker/Dockerfile.rocm_base``); None when it pins none."""
+    if isinstance(config, Workspace):
+        ensure_upstream(config, config.base(version))
+    try:
+        return aiter_pin(GitTree(config.upstream_repo, tag_for(version)))
+    except ValueError:
+        return None

@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork import faults
-from vllm_fork.config import recorded_workspace
 from vllm_fork.errors import (
     ForkError,
     RebaseRefusedError,
@@ -68,7 +67,9 @@ from vllm_fork.errors import (
     WorkTreeError,
 )
 from vllm_fork.facts.lifecycle import retirement
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
+from vllm_fork.probes import GitTree, probe_all
 from vllm_fork.rebase.conflicts import (
     FileConflict,
     describe_conflicts,
@@ -79,6 +80,7 @@ from vllm_fork.rebase.conflicts import (
 from vllm_fork.rebase.replay import CONFLICT as PICK_CONFLICT
 from vllm_fork.rebase.replay import EMPTY, clear_leftovers, commit_index, normalize, pick, work_env
 from vllm_fork.rebase.replay import git_dir as find_git_dir
+from vllm_fork.rebase.review import review_rebase
 from vllm_fork.rebase.state import (
     ABSORBED,
     APPLIED,
@@ -86,6 +88,7 @@ from vllm_fork.rebase.state import (
     FINISHING,
     IMPORTING,
     PICKING,
+    SKIPPED,
     Pick,
     RebaseState,
     clear_state,
@@ -96,9 +99,10 @@ from vllm_fork.series import store
 from vllm_fork.series.history import Absorbed, mark_applied_upstream, write_series_history
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import check_version
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
-from vllm_fork.sources.workspace import Workspace
+from vllm_fork.sources.upstream import ensure_upstream
+from vllm_fork.sources.workspace import Workspace, recorded_workspace
 from vllm_fork.tree.commits import read_commits, series_commits
+from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import BASE_KEY, materialize, tree_repository
 from vllm_fork.tree.stacking import import_ref, stack_upstream
 
@@ -112,9 +116,6 @@ IN_PROGRESS = (
     "rebase-merge",
     "BISECT_LOG",
 )
-# Detail of a patch dropped with --skip: the user's call, not the probes' or
-# an empty pick's, so the old series gets no Applied-Upstream trailer for it.
-SKIPPED = "dropped by hand (--skip)"
 _MARKER = re.compile(rb"^(<<<<<<<|>>>>>>>)( |$)", re.MULTILINE)
 
 Log = Callable[[str], None]
@@ -200,8 +201,6 @@ def _open_tree(tree: Path) -> Path:
 
 def probe_upstream(tree: Path, commit: str) -> dict[str, tuple[Any, ...]]:
     """change id -> (state, reason, hardening) of the probes on a commit of the work tree."""
-    from vllm_fork.probes import GitTree, probe_all
-
     return {
         cid: (f.state, f.reason, dict(f.hardening))
         for cid, f in probe_all(GitTree(tree, commit)).items()
@@ -463,7 +462,6 @@ def _step_picks(tree: Path, git_dir: Path, state: RebaseState, log: Log) -> None
 def _step_finish(
     config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
 ) -> RebaseResult:
-    from vllm_fork.tree.export import export
 
     head = _head(tree)
     current = _rev(tree, state.branch)
@@ -507,8 +505,6 @@ def _write_review(
     config: Workspace, tree: Path, git_dir: Path, state: RebaseState, log: Log
 ) -> list[str]:
     """Write the review; a failure to write it is reported, never undoes the rebase."""
-    from vllm_fork.rebase.review import review_rebase
-
     extra = Path(state.review_path) if state.review_path else None
     try:
         return [str(p) for p in review_rebase(tree, git_dir, state, old_series_names(state), extra)]

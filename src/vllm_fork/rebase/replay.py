@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.errors import GitError
-from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
+from vllm_fork.facts.names import commit_identity
+from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.rebase.conflicts import unmerged_stages
 
 APPLIED = "applied"
@@ -29,9 +30,7 @@ PICK_LEFTOVERS = ("MERGE_MSG", "AUTO_MERGE", "CHERRY_PICK_HEAD", "SQUASH_MSG")
 
 def work_env() -> dict[str, str]:
     """Environment for git commands that change the work tree: user config ignored."""
-    return git_env(
-        {"GIT_COMMITTER_NAME": FORK_NAME, "GIT_COMMITTER_EMAIL": FORK_EMAIL}, isolated=True
-    )
+    return git_env(commit_identity(), isolated=True)
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,7 @@ def recommit(tree: Path, source: str, parent: str, tree_id: str | None = None) -
     ).split("\0")
     name, email, date = fields
     env = git_env(
-        {
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
-            "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": FORK_NAME,
-            "GIT_COMMITTER_EMAIL": FORK_EMAIL,
-            "GIT_COMMITTER_DATE": date,
-        },
+        commit_identity(author=(name, email), author_date=date, committer_date=date),
         isolated=True,
     )
     if tree_id is None:

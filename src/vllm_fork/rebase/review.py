@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import run_git
-from vllm_fork.rebase.engine import SKIPPED
-from vllm_fork.rebase.state import ABSORBED, APPLIED, RebaseState
-from vllm_fork.sources.upstream import tag_for
+from vllm_fork.rebase.state import ABSORBED, APPLIED, SKIPPED, RebaseState
 from vllm_fork.tree.commits import read_commits
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,9 @@ PHASES = (IMPORTING, PICKING, CONFLICT, FINISHING)
 # Per-patch results.
 APPLIED = "applied"
 ABSORBED = "absorbed"
+# Detail of a patch dropped with --skip: the user's call, not the probes' or
+# an empty pick's, so the old series gets no Applied-Upstream trailer for it.
+SKIPPED = "dropped by hand (--skip)"
 
 
 @dataclass

@@ -15,7 +15,6 @@ reason; the other bases go on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,12 +30,27 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__
+from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
+from vllm_fork.build.builder import BuildRefused, BuildRequest, build
+from vllm_fork.build.env import torch_spec
+from vllm_fork.build.smoke import smoke
+from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.config import KNOWN_ISSUES_FILE, Config
-from vllm_fork.errors import ForkError
+from vllm_fork.deploy import release_files
+from vllm_fork.errors import ForkError, UsageError
+from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
+from vllm_fork.facts.names import tag_for
+from vllm_fork.hashing import sha256_bytes, sha256_file
+from vllm_fork.probes import DirTree, GitTree
+from vllm_fork.probes.issues import known_issue_states
+from vllm_fork.release import treevenv
 from vllm_fork.series import store
 from vllm_fork.series.patches import series_digest
 from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.testing.gpuresults import last_gpu_run
+from vllm_fork.tree.commits import series_commits
+from vllm_fork.tree.materialize import materialize
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +126,13 @@ def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) ->
 
 def _file_digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except FileNotFoundError:
         return None
 
 
 def inputs_digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
 
 @dataclass
@@ -226,9 +240,35 @@ class Context:
 # --- the steps ---------------------------------------------------------------------
 
 
-def step_materialize(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.tree.materialize import materialize
+# One base's result file of `release-check --out-dir` (read by vllm_fork.release.merge).
+KIND = "vllm-fork release-check result"
+RESULT_SCHEMA = 1
 
+
+def result_path(out_dir: Path, version: str) -> Path:
+    return out_dir / f"{version}.json"
+
+
+def result_json(state: BaseState, *, reused: bool, run_seconds: float) -> dict[str, Any]:
+    """One base's result file: its state and how the run that wrote it went."""
+    return {
+        "kind": KIND,
+        "schema": RESULT_SCHEMA,
+        "base": state.version,
+        "reused": reused,
+        # seconds from the start of the run that wrote it to this base's end
+        "run_seconds": round(run_seconds, 1),
+        "state": state.to_json(),
+    }
+
+
+def write_result(out_dir: Path, state: BaseState, *, reused: bool, run_seconds: float) -> Path:
+    path = result_path(out_dir, state.version)
+    write_json_atomic(path, result_json(state, reused=reused, run_seconds=run_seconds))
+    return path
+
+
+def step_materialize(ctx: Context) -> dict[str, Any]:
     if not has_series(ctx.config, ctx.version):
         raise StepFailed(f"no series/{ctx.version}: create it with `vllm-fork update` or rebase")
     tree = ctx.tree
@@ -243,9 +283,6 @@ def _disagreements(ctx: Context, tree: Path) -> dict[str, Any]:
     """How many Python files upstream's sdist and upstream's wheel of this base
     disagree on (docs/build.md: the precompiled build ships the wheel's version),
     when the pinned wheel is in the cache; nothing is downloaded for this."""
-    from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
-    from vllm_fork.build.wheelfile import Wheel
-
     base = ctx.config.pins.get(ctx.version)
     if base.wheel is None:
         return {"sdist_wheel_disagree": None}
@@ -266,27 +303,17 @@ def _need_tree(ctx: Context) -> Path:
 
 
 def _tree_python(ctx: Context, tree: Path) -> str:
-    from vllm_fork.release.treevenv import ensure_tree_venv
-
-    return str(ensure_tree_venv(ctx.config, tree, ctx.torch))
+    return str(treevenv.ensure_tree_venv(ctx.config, tree, ctx.torch))
 
 
 def pytest_args(tree: Path) -> list[str]:
     """The pytest arguments every run in ``tree`` gets (the ROCm simulation)."""
-    from vllm_fork.testing.forktests import sim_plugin_args
-
     return sim_plugin_args(tree)
 
 
 def step_known_issues(ctx: Context) -> dict[str, Any]:
     """Each entry of the known-issue register on the materialized tree; a base
     with an AFFECTED entry fails."""
-    from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
-    from vllm_fork.probes import DirTree, GitTree
-    from vllm_fork.reports.status import known_issue_states
-    from vllm_fork.sources.upstream import tag_for
-    from vllm_fork.tree.commits import series_commits
-
     tree = _need_tree(ctx)
     tag = tag_for(ctx.version)
     fixes = [(c.subject, c.values(FIXES_TRAILER)) for c in series_commits(tree, tag)]
@@ -304,8 +331,6 @@ def step_known_issues(ctx: Context) -> dict[str, Any]:
 
 
 def step_tests(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.testing.forktests import run_fork_tests
-
     tree = _need_tree(ctx)
     outcome = run_fork_tests(tree, _tree_python(ctx, tree), pytest_args(tree))
     data = {
@@ -320,8 +345,6 @@ def step_tests(ctx: Context) -> dict[str, Any]:
 
 
 def step_prove_fail(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.testing.forktests import prove_failing
-
     tree = _need_tree(ctx)
     proofs = prove_failing(tree, _tree_python(ctx, tree), pytest_args(tree))
     judged = [p for p in proofs if p.counts]
@@ -333,14 +356,13 @@ def step_prove_fail(ctx: Context) -> dict[str, Any]:
 
 
 def step_wheel(ctx: Context) -> dict[str, Any]:
-    from vllm_fork.build.builder import BuildRefused, BuildRequest, build
-
     if not has_series(ctx.config, ctx.version):
         raise StepFailed(f"no series/{ctx.version}")
     try:
         result = build(ctx.config, BuildRequest(base=ctx.version, out_dir=ctx.out_dir))
     except BuildRefused as exc:
         raise StepFailed(f"build refused: {exc}", {"built": False, "verified": False}) from exc
+    release_files(ctx.config, result)
     # build() verifies the wheel and raises when it does not verify
     return {"wheel": str(result.wheel), "built": True, "verified": True}
 
@@ -349,8 +371,6 @@ def step_install(ctx: Context) -> dict[str, Any]:
     """pip installs the wheel alone (``--no-deps``) into a fresh venv; the installed
     files must carry the wheel's version, its provenance record and every change
     the series carries in Python files (``vllm-fork smoke`` without the import)."""
-    from vllm_fork.build.smoke import smoke
-
     wheel = Path(ctx.state.steps["wheel"]["wheel"])
     result = smoke(ctx.config, wheel, deps=False, import_vllm=False)
     if result.failures:
@@ -530,8 +550,6 @@ def _cell(value: Any) -> str:
 
 def issues_cell(states: dict[str, str] | None) -> str:
     """``none affected (N)``, or the AFFECTED entries; ``-`` when not checked."""
-    from vllm_fork.facts.known_issues import AFFECTED
-
     if states is None:
         return "-"
     bad = [issue for issue, state in states.items() if state == AFFECTED]
@@ -581,8 +599,6 @@ def format_report(report: Report) -> str:
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``I/N`` (1 <= I <= N) as ``(I, N)``."""
-    from vllm_fork.errors import UsageError
-
     index, sep, count = text.partition("/")
     try:
         shard = (int(index), int(count))
@@ -614,9 +630,6 @@ def release_check(
     series), or shard I of N of them; with ``out_dir``, each base's result is
     also written to ``out_dir/<V>.json`` as soon as it is known (release/merge.py
     combines such files into one report)."""
-    from vllm_fork.release.merge import write_result
-    from vllm_fork.release.treevenv import torch_spec
-
     start = time.monotonic()
     pins = load_pins(config.bases_file)
     spec = torch_spec(torch)
@@ -652,7 +665,7 @@ def ci_base(config: Config, commit: str) -> str | None:
     try:
         number = int(commit, 16)
     except ValueError:
-        number = int(hashlib.sha256(commit.encode()).hexdigest(), 16)
+        number = int(sha256_bytes(commit.encode()), 16)
     return others[number % len(others)]
 
 

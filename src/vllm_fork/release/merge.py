@@ -23,41 +23,16 @@ from packaging.version import Version
 from vllm_fork.config import Config
 from vllm_fork.errors import UsageError
 from vllm_fork.release.check import (
+    KIND,
+    RESULT_SCHEMA,
     BaseState,
     Report,
     _series_digest,
     select_bases,
-    write_json_atomic,
 )
 from vllm_fork.sources.pins import load_pins
 
 log = logging.getLogger(__name__)
-
-KIND = "vllm-fork release-check result"
-RESULT_SCHEMA = 1
-
-
-def result_path(out_dir: Path, version: str) -> Path:
-    return out_dir / f"{version}.json"
-
-
-def result_json(state: BaseState, *, reused: bool, run_seconds: float) -> dict[str, Any]:
-    """One base's result file: its state and how the run that wrote it went."""
-    return {
-        "kind": KIND,
-        "schema": RESULT_SCHEMA,
-        "base": state.version,
-        "reused": reused,
-        # seconds from the start of the run that wrote it to this base's end
-        "run_seconds": round(run_seconds, 1),
-        "state": state.to_json(),
-    }
-
-
-def write_result(out_dir: Path, state: BaseState, *, reused: bool, run_seconds: float) -> Path:
-    path = result_path(out_dir, state.version)
-    write_json_atomic(path, result_json(state, reused=reused, run_seconds=run_seconds))
-    return path
 
 
 def _result_files(paths: Sequence[Path]) -> list[Path]:

@@ -10,9 +10,7 @@ different set costs one incremental ``pip install``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -20,26 +18,22 @@ import tempfile
 import venv
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from vllm_fork.build.env import torch_spec
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
+from vllm_fork.hashing import sha256_bytes
 from vllm_fork.lock import dir_lock
 
 log = logging.getLogger(__name__)
 
-ENV_TORCH = "TREE_TORCH"
-# A CPU build is enough (no GPU code runs); the one the local wheel mirror holds.
-DEFAULT_TORCH = "torch==2.13.0"
 TEST_TOOLS = ("pytest", "hypothesis", "tblib")
 STAMP = ".vllm-fork-tree-installed"
 
 
 class TreeVenvError(ForkError):
     """The tree venv could not be created or installed."""
-
-
-def torch_spec(given: str | None = None) -> str:
-    """The torch requirement for tree venvs: ``given``, else ``$TREE_TORCH``, else the default."""
-    return given or os.environ.get(ENV_TORCH) or DEFAULT_TORCH
 
 
 def venv_dir(config: Config, spec: str) -> Path:
@@ -52,7 +46,7 @@ def _wanted(tree: Path, spec: str) -> str:
     if not reqs.is_file():
         raise TreeVenvError(f"{tree} has no requirements/common.txt (is it a vLLM tree?)")
     text = reqs.read_bytes() + f"\0torch={spec}\0{' '.join(TEST_TOOLS)}".encode()
-    return hashlib.sha256(text).hexdigest()
+    return sha256_bytes(text)
 
 
 def _pip(python: Path, *args: str) -> None:
@@ -73,8 +67,6 @@ def _install_requirements(python: Path, reqs: Path) -> None:
     cannot satisfy (a tree newer than the index's snapshot, e.g. certifi of a
     later date) is relaxed to its newest available version, with a warning:
     the fork tests run on CPU and do not depend on such lower bounds."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     lines = reqs.read_text().splitlines()
     relaxed: list[str] = []
     for _ in range(MAX_RELAXED):
@@ -133,7 +125,7 @@ def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Pat
 
 
 if __name__ == "__main__":  # pragma: no cover - used by scripts/tree-venv.sh
-    from vllm_fork.config import load_config
+    from vllm_fork.sources.workspace import load_config
 
     try:
         print(ensure_tree_venv(load_config(), Path(sys.argv[1]).resolve()))

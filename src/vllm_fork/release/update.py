@@ -17,6 +17,7 @@ is never replaced.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -27,12 +28,17 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork.config import Config
-from vllm_fork.errors import ForkError, OfflineError
-from vllm_fork.rebase.state import CONFLICT
+from vllm_fork.errors import ExitCode, ForkError, OfflineError
+from vllm_fork.rebase.engine import RebaseConflict, start_rebase
+from vllm_fork.rebase.replay import git_dir as find_git_dir
+from vllm_fork.rebase.state import CONFLICT, load_state
+from vllm_fork.release import check, treevenv
 from vllm_fork.release.check import has_series
+from vllm_fork.release.treevenv import TreeVenvError
 from vllm_fork.sources.fetch import PROJECT, Fetcher
+from vllm_fork.sources.pinner import pin_versions
 from vllm_fork.sources.pins import Pins, load_pins
-from vllm_fork.testing.forktests import PROVEN
+from vllm_fork.testing.forktests import PROVEN, prove_failing, run_fork_tests
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +90,11 @@ class UpdateReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.status in (UP_TO_DATE, DONE) and not self.problems else 1
+        return (
+            ExitCode.OK
+            if self.status in (UP_TO_DATE, DONE) and not self.problems
+            else ExitCode.FAILED
+        )
 
     def default_report_path(self, config: Config, suffix: str) -> Path:
         name = f"update-{self.onto_version}" if self.onto_version else "update"
@@ -145,11 +155,6 @@ def _after_steps(onto: str) -> list[str]:
 def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Path | None:
     """The update tree of ``version`` when its rebase stopped earlier and has
     finished since (its report still says it needs a maintainer)."""
-    import json
-
-    from vllm_fork.rebase.replay import git_dir as find_git_dir
-    from vllm_fork.rebase.state import load_state
-
     tree = (work_dir or config.root / "work" / f"update-{version}").absolute()
     report = config.root / "work" / f"update-{version}-report.json"
     if not (tree / ".git").exists() or not report.is_file():
@@ -168,8 +173,6 @@ def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Pa
 
 def _target(config: Config, fetcher: Fetcher) -> tuple[str | None, list[str]]:
     """The release to rebase onto and the releases newly pinned."""
-    from vllm_fork.sources.pinner import pin_versions
-
     pins = load_pins(config.bases_file)
     newest_pinned = Version(pins.versions()[-1])
     new = [str(v) for v in index_releases(fetcher) if v > newest_pinned]
@@ -185,9 +188,6 @@ def _target(config: Config, fetcher: Fetcher) -> tuple[str | None, list[str]]:
 def update(
     config: Config, *, work_dir: Path | None = None, torch: str | None = None
 ) -> UpdateReport:
-    from vllm_fork.rebase.engine import RebaseConflict, start_rebase
-    from vllm_fork.rebase.replay import git_dir as find_git_dir
-    from vllm_fork.rebase.state import load_state
 
     if config.offline:
         raise OfflineError("update reads the package index for new releases; it cannot run offline")
@@ -248,12 +248,8 @@ def progress(line: str) -> None:
 
 
 def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
-    from vllm_fork.release import check
-    from vllm_fork.release.treevenv import TreeVenvError, ensure_tree_venv
-    from vllm_fork.testing.forktests import prove_failing, run_fork_tests
-
     try:
-        python = str(ensure_tree_venv(config, tree, torch))
+        python = str(treevenv.ensure_tree_venv(config, tree, torch))
     except TreeVenvError as exc:  # the next update tries again
         report.problems.append(f"{VENV_PROBLEM} {exc}")
         return

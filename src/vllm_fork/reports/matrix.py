@@ -30,15 +30,19 @@ from typing import Any
 
 from packaging.version import Version
 
+from vllm_fork import probes
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
-from vllm_fork.facts import registry
+from vllm_fork.facts import registry, state
+from vllm_fork.facts.names import tag_for
 from vllm_fork.facts.state import LEGEND, PART_CHANGE, decide
 from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.hashing import sha256_bytes
+from vllm_fork.probes import GitTree, probe_all
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace
 
 P_APPLIED = "applied"
@@ -151,9 +155,6 @@ def series_hash(series: Series) -> str:
 def code_hash() -> str:
     """Hash of the code a row depends on: this module, the change registry, the
     state rule and the probes."""
-    from vllm_fork import probes
-    from vllm_fork.facts import state
-
     files = [Path(__file__), Path(registry.__file__), Path(state.__file__)]
     probes_path = Path(probes.__file__)
     if probes_path.name == "__init__.py":
@@ -173,7 +174,7 @@ def row_key(sdist_sha256: str, series_sha: str, code_sha: str) -> str:
         {"schema": SCHEMA, "sdist": sdist_sha256, "series": series_sha, "code": code_sha},
         sort_keys=True,
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_bytes(text.encode())
 
 
 # --- the row cache -----------------------------------------------------------------
@@ -350,8 +351,6 @@ def prime(work: Scratch, series: Series, base_tag: str) -> None:
 
 
 def compute_row(work: Scratch, version: str, sdist_sha256: str, series: Series) -> ReleaseRow:
-    from vllm_fork.probes import GitTree, probe_all
-
     tag = tag_for(version)
     findings = probe_all(GitTree(work.repo, tag))
     row = ReleaseRow(version, sdist_sha256)

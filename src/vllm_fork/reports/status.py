@@ -7,7 +7,6 @@ temporary index of the cached repository, each patch is applied with
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from vllm_fork.errors import ForkError, PatchFailedError, SeriesError, UsageError
+from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import (
     AFFECTED,
@@ -28,18 +27,20 @@ from vllm_fork.facts.known_issues import (
     MITIGATED,
     NOT_AFFECTED,
     IssueState,
-    decide_all,
-    fixing_patches,
 )
 from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
+from vllm_fork.facts.names import tag_for
 from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
 from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
+from vllm_fork.probes.issues import known_issue_states, series_fixes
 from vllm_fork.probes.rocm_pins import aiter_pin
+from vllm_fork.reports.matrix import code_hash
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, Pins
-from vllm_fork.sources.upstream import ensure_upstream, imported_sha256, tag_for
+from vllm_fork.sources.upstream import ensure_upstream, imported_sha256
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import series_commits, tree_base
 
@@ -131,35 +132,6 @@ def series_tree(repo: Path, tag: str, series: Series) -> str:
         return git_out(["write-tree"], env=env)
 
 
-def series_fixes(series: Series) -> list[tuple[str, list[str]]]:
-    """(patch name, its ``Fork-Fixes`` values) of every patch of ``series``."""
-    return [
-        (p.name, h.values(FIXES_TRAILER))
-        for p, h in zip(series.patches, series.headers, strict=True)
-    ]
-
-
-def known_issue_states(
-    config: Workspace,
-    pristine: SourceTree,
-    patched: SourceTree,
-    fixes: list[tuple[str, list[str]]],
-) -> tuple[IssueState, ...]:
-    """Each entry of the known-issue register on one base: ``pristine`` is
-    upstream's tree, ``patched`` the base with its series, ``fixes`` the
-    (patch name, ``Fork-Fixes`` values) of the series' patches."""
-    issues = config.known_issues
-    known = {issue.id for issue in issues}
-    for name, ids in fixes:
-        for issue_id in ids:
-            if issue_id not in known:
-                raise SeriesError(
-                    f"{name}: Fork-Fixes names {issue_id!r}, which "
-                    f"{config.known_issues_file.name} does not list"
-                )
-    return decide_all(issues, pristine, patched, fixing_patches(fixes))
-
-
 def base_issue_states(config: Workspace, version: str) -> tuple[IssueState, ...]:
     """Each known issue on ``version`` with its own series (``series/<version>/``,
     none: the pristine release), read from the cached upstream repository
@@ -236,9 +208,7 @@ def retire_candidates(pins: Pins, version: str, changes: set[str]) -> list[str]:
 def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[str, Finding]:
     """The probes' findings on pristine upstream ``base``, cached in ``<cache>/probes``
     keyed by the sdist and the probe code (a release's sources never change)."""
-    from vllm_fork.reports.matrix import code_hash
-
-    key = hashlib.sha256(f"{base.sdist.sha256}\0{code_hash()}".encode()).hexdigest()
+    key = sha256_bytes(f"{base.sdist.sha256}\0{code_hash()}".encode())
     path = config.cache.probe_findings(base.version, key)
     if path.is_file():
         try:

@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_fork.config import find_root
+from vllm_fork.errors import ExitCode, ForkError
 from vllm_fork.facts import registry
+from vllm_fork.facts.known_issues import ref_url
 from vllm_fork.facts.state import (
     CARRIED,
     PART_CHANGE,
@@ -34,9 +36,12 @@ from vllm_fork.facts.state import (
     UPSTREAM,
     decide,
 )
+from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.upstream import imported_sha256
+from vllm_fork.sources.workspace import load_config
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +209,6 @@ def known_issues_table(root: Path) -> str:
     """The register (one row per entry) and each entry's state on every base with
     its series, probed from the cached upstream sources; a release not in the
     cache keeps the README's cell (``--write --fetch`` fetches it)."""
-    from vllm_fork.config import load_config
-    from vllm_fork.errors import ForkError
-    from vllm_fork.facts.known_issues import ref_url
-    from vllm_fork.reports.status import base_issue_states
-    from vllm_fork.sources.upstream import imported_sha256
-
     config = load_config(root=root, offline=not FETCH_MISSING)
     issues = config.known_issues
     if not issues:
@@ -301,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = stale(root)
         for document in bad:
             print(f"{document}: change tables differ from the registry", file=sys.stderr)
-        return 1 if bad else 0
+        return ExitCode.FAILED if bad else ExitCode.OK
     if args.write:
         for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
             path = root / document
@@ -310,10 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if new != text:
                 path.write_text(new, encoding="utf-8")
                 log.info(f"rewrote the change tables of {document}")
-        return 0
+        return ExitCode.OK
     for name, (document, make) in TABLES.items():
         print(f"{document} ({name}):\n{make(root)}\n")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from vllm_fork import log as messages
 from vllm_fork.config import find_root
-from vllm_fork.errors import ForkError, SeriesError
+from vllm_fork.errors import ExitCode, ForkError, SeriesError
 from vllm_fork.facts import registry
-from vllm_fork.git import FORK_EMAIL, FORK_NAME
+from vllm_fork.facts.names import FORK_EMAIL, FORK_NAME
 from vllm_fork.series import store
 from vllm_fork.series.patches import (
     ORIGIN_BACKPORT,
@@ -219,10 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             problems += [f"{version}/{problem}" for problem in check_series(series)]
     except (ForkError, OSError, ValueError) as exc:
         log.error("error: %s", exc)
-        return 2
+        return ExitCode.USAGE
     for problem in problems:
         print(problem)
-    return 1 if problems else 0
+    return ExitCode.FAILED if problems else ExitCode.OK
 
 
 if __name__ == "__main__":

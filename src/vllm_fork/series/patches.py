@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.errors import SeriesError, UnknownChangeError
+from vllm_fork.facts import registry
 from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
 from vllm_fork.git import git_env, run_git
@@ -48,8 +49,6 @@ BUILD_VALUES = (BUILD_FULL, BUILD_ANY)
 
 
 def known_changes() -> tuple[str, ...]:
-    from vllm_fork.facts import registry
-
     return registry.header_ids()
 
 

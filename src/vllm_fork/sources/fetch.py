@@ -7,7 +7,6 @@ atomically on success and removed on any failure.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -35,6 +34,7 @@ from vllm_fork.errors import (
     fs_fault,
     is_fs_fault,
 )
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempfile
 from vllm_fork.sources.pins import FilePin
 from vllm_fork.sources.pipconf import PipConfig, load_pip_config
@@ -43,14 +43,6 @@ log = logging.getLogger(__name__)
 
 PROJECT = "vllm"
 _CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _redact(url: str) -> str:

@@ -37,8 +37,9 @@ from packaging.version import Version
 
 from vllm_fork.config import Config
 from vllm_fork.errors import HashMismatchError, NotOnIndexError, UsageError
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempfile
-from vllm_fork.sources.fetch import PROJECT, Fetcher, Index, _redact, sha256_file
+from vllm_fork.sources.fetch import PROJECT, Fetcher, Index, _redact
 from vllm_fork.sources.pins import (
     Pins,
     RocmPin,
@@ -238,22 +239,6 @@ def pin_rocm(
     save_pins(config.bases_file, pins)
     log.info(f"pinned {chosen.filename} ({pin.variant}, ROCm {rocm}, {python}) for {version}")
     return pins, pin
-
-
-def base_aiter(config: Config, version: str) -> str | None:
-    """The AITER tag the ROCm base image of upstream's ``version`` pins (read from the
-    imported sdist, ``docker/Dockerfile.rocm_base``); None when it pins none."""
-    from vllm_fork.probes import GitTree
-    from vllm_fork.probes.rocm_pins import aiter_pin
-    from vllm_fork.sources.upstream import ensure_upstream, tag_for
-    from vllm_fork.sources.workspace import Workspace
-
-    if isinstance(config, Workspace):
-        ensure_upstream(config, config.base(version))
-    try:
-        return aiter_pin(GitTree(config.upstream_repo, tag_for(version)))
-    except ValueError:
-        return None
 
 
 def ensure_rocm_wheel(

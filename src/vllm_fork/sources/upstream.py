@@ -29,22 +29,18 @@ from typing import Any
 from vllm_fork import faults
 from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import CacheCorruptError, CacheError, ForkError, UnsafeArchiveError
+from vllm_fork.facts.names import UPSTREAM, commit_identity, tag_for
 from vllm_fork.git import git_env, git_out, ref_exists, run_git
+from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempdir
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base
 from vllm_fork.sources.unpack import safe_extract
 from vllm_fork.sources.workspace import Workspace
 
-UPSTREAM_NAME = "vLLM upstream"
-UPSTREAM_EMAIL = "vllm-upstream@users.noreply.github.com"
 SHA_TRAILER = "Sdist-SHA256"
 
 log = logging.getLogger(__name__)
-
-
-def tag_for(version: str) -> str:
-    return f"upstream/{version}"
 
 
 def init_repo(repo: Path, tmp_dir: Path | None = None) -> None:
@@ -105,12 +101,6 @@ def _pack_files(repo: Path) -> list[Path]:
     return sorted(p for p in pack_dir.glob("pack-*") if p.suffix in {".pack", ".idx"})
 
 
-def _sha256(path: Path) -> str:
-    from vllm_fork.sources.fetch import sha256_file
-
-    return sha256_file(path)
-
-
 def check_import(config: Workspace, version: str, record: dict[str, Any]) -> str | None:
     """What is wrong with the cached import of ``version`` (None: it matches its record)."""
     repo = config.upstream_repo
@@ -121,7 +111,7 @@ def check_import(config: Workspace, version: str, record: dict[str, Any]) -> str
         path = repo / "objects" / "pack" / name
         if not path.is_file():
             return f"pack file {name} is missing"
-        if _sha256(path) != digest:
+        if sha256_file(path) != digest:
             return f"pack file {name} is damaged (its sha256 changed since it was written)"
     tag = tag_for(version)
     if not (repo / "HEAD").is_file():
@@ -187,12 +177,7 @@ def import_sdist(repo: Path, version: str, sdist: Path, sha256: str, work: Path)
             "GIT_DIR": str(repo),
             "GIT_WORK_TREE": str(tree_dir),
             "GIT_INDEX_FILE": str(work / "index"),
-            "GIT_AUTHOR_NAME": UPSTREAM_NAME,
-            "GIT_AUTHOR_EMAIL": UPSTREAM_EMAIL,
-            "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": UPSTREAM_NAME,
-            "GIT_COMMITTER_EMAIL": UPSTREAM_EMAIL,
-            "GIT_COMMITTER_DATE": date,
+            **commit_identity(UPSTREAM, author=UPSTREAM, author_date=date, committer_date=date),
         },
         isolated=True,
     )
@@ -325,7 +310,8 @@ def _record_import(config: Workspace, base: Base, record: dict[str, Any], commit
     repo = config.upstream_repo
     packs = {p.name: record["packs"].get(p.name) for p in _pack_files(repo)}
     record["packs"] = {
-        name: digest or _sha256(repo / "objects" / "pack" / name) for name, digest in packs.items()
+        name: digest or sha256_file(repo / "objects" / "pack" / name)
+        for name, digest in packs.items()
     }
     tree = git_out(["--git-dir", repo, "rev-parse", f"{commit}^{{tree}}"])
     record["imports"][base.version] = {

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.errors import GitError, WorkTreeError
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series.patches import TrailerFields
-from vllm_fork.sources.upstream import tag_for
 from vllm_fork.tree.materialize import BASE_KEY
 
 log = logging.getLogger(__name__)

@@ -18,15 +18,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.build.rules import OVERWRITTEN_PREFIXES
-from vllm_fork.config import Config, recorded_workspace
+from vllm_fork.config import Config
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
+from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import dir_lock
 from vllm_fork.series import store
 from vllm_fork.series.credits import FORK_FROM
 from vllm_fork.series.patches import PatchHeader, parse_patch, validate_header
-from vllm_fork.sources.upstream import tag_for
+from vllm_fork.series.precompiled import OVERWRITTEN_PREFIXES
+from vllm_fork.sources.workspace import recorded_workspace
 from vllm_fork.tree.commits import series_commits, tree_base
 from vllm_fork.tree.materialize import BRANCH, tree_repository
 

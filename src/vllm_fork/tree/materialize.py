@@ -28,9 +28,10 @@ from vllm_fork.errors import (
     fs_fault,
     is_fs_fault,
 )
-from vllm_fork.git import FORK_EMAIL, FORK_NAME, git_env, git_out, run_git
+from vllm_fork.facts.names import commit_identity, tag_for
+from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
-from vllm_fork.sources.upstream import ensure_upstream, tag_for
+from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,7 @@ def _check_target(config: Workspace, dest: Path, *, internal: bool = False) -> N
 
 def am_env() -> dict[str, str]:
     """Fixed committer identity so that the same series gives the same commit ids."""
-    return git_env(
-        {"GIT_COMMITTER_NAME": FORK_NAME, "GIT_COMMITTER_EMAIL": FORK_EMAIL},
-        isolated=True,
-    )
+    return git_env(commit_identity(), isolated=True)
 
 
 def explain_failure(tree: Path, patch: Path) -> list[str]:

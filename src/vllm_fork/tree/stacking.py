@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_fork.config import Config
+from vllm_fork.facts.names import commit_identity, tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import cache_lock
-from vllm_fork.sources.upstream import tag_for
 
 IMPORT_REF_PREFIX = "refs/vllm-fork/import/"
 
@@ -57,14 +57,7 @@ def stack_upstream(config: Config, tree: Path, version: str, parent: str) -> str
     ).split("\0")
     an, ae, ad, cn, ce, cd = fields
     commit_env = git_env(
-        {
-            "GIT_AUTHOR_NAME": an,
-            "GIT_AUTHOR_EMAIL": ae,
-            "GIT_AUTHOR_DATE": ad,
-            "GIT_COMMITTER_NAME": cn,
-            "GIT_COMMITTER_EMAIL": ce,
-            "GIT_COMMITTER_DATE": cd,
-        },
+        commit_identity((cn, ce), author=(an, ae), author_date=ad, committer_date=cd),
         isolated=True,
     )
     commit = (
