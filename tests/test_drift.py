@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.cli.main import main
-from vllm_fork.config import load_config
 from vllm_fork.reports import drift
 from vllm_fork.series import store
 from vllm_fork.series.patches import load_series
+from vllm_fork.sources.workspace import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
