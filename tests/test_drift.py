@@ -130,11 +130,10 @@ def test_drift_of_the_real_series(capsys: pytest.CaptureFixture[str]) -> None:
         for row in table.rows:
             states = {row.cells[v].state for v in group if row.cells[v].state != drift.NEWEST}
             assert len(states) <= 1, (row.id, group)
-    by_subject = {r.id: r for r in table.rows}
-    refresh = by_subject["[ROCm] Refresh the bf16 rotary cache copy in place"]
-    assert {c.state for c in refresh.cells.values()} == {drift.SAME, drift.NEWEST}
-    precast = by_subject["[ROCm][Perf] Cast the DeepSeek MoE correction bias once under AITER MoE"]
+    # the change the fork carried until upstream 0.20.0 took it: upstream on the newest base
+    (precast,) = [r for r in table.rows if (r.change, r.part) == ("moe-bias-precast", "change")]
     assert precast.cells["0.33.0"].state == drift.UPSTREAM
+    assert table.counts()[drift.SAME] > 0
     assert table.counts()[drift.ADAPTED] > 0
     assert main(["status", "--drift", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
