@@ -13,7 +13,7 @@ import pytest
 
 from vllm_fork.build.provenance import upstream_pr
 from vllm_fork.facts import registry
-from vllm_fork.series import credits
+from vllm_fork.series import credits, store
 from vllm_fork.series.patches import load_series, origin_fields, parse_patch, validate_header
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ SWITCH = "0002-ROCm-AITER-Add-a-switch-forcing-the-2-stage-fused-al.patch"
 
 
 def _series_versions() -> list[str]:
-    return sorted(p.name for p in (ROOT / "series").iterdir() if p.is_dir())
+    return store.versions(ROOT / "series")
 
 
 @pytest.mark.parametrize("version", _series_versions())
@@ -60,10 +60,16 @@ def test_registry_records_who_wrote_each_upstream_pr() -> None:
             assert re.fullmatch(r"[0-9a-f]{10}|[0-9a-f]{12}|[0-9a-f]{40}", change.upstream_commit)
 
 
+def _committed(version: str, name: str) -> Path:
+    """A committed patch file (the series is stored once: read through the store)."""
+    (path,) = [p for p in load_series(ROOT / "series" / version).patches if p.name == name]
+    return path
+
+
 def _copy(tmp_path: Path, name: str = GATE, version: str = "0.21.0") -> Path:
     target = tmp_path / "series" / version / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ROOT / "series" / version / name, target)
+    shutil.copyfile(_committed(version, name), target)
     (target.parent / "series").write_text(f"{name}\n")
     return target
 
@@ -154,7 +160,7 @@ def test_the_check_reads_the_registry(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_origin_with_a_commit_is_a_valid_header_and_names_the_pr() -> None:
-    header = parse_patch(ROOT / "series" / "0.21.0" / GATE)
+    header = parse_patch(_committed("0.21.0", GATE))
     validate_header(header)
     url = "https://github.com/vllm-project/vllm/pull/42409"
     assert origin_fields(header.origin) == ("backport", url, "be7a03ea65")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.series.patches import load_series
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "hip" / "compile_rope.py"
 BASES = ("0.21.0", "0.20.0", "0.33.0")  # C++ API, cache-dtype lambda, stable ABI
@@ -62,7 +64,7 @@ def _kernel_tree(upstream_source, version: str, dest: Path) -> Path:
     tree = upstream_source(version)
     patches = [
         p
-        for p in sorted((ROOT / "series" / version).glob("*.patch"))
+        for p in load_series(ROOT / "series" / version, validate=False).patches
         if "pos_encoding_kernels.cu b/" in p.read_text()
     ]
     assert any("Vectorize-the-rotary-embedding" in p.name for p in patches)

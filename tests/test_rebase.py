@@ -17,6 +17,7 @@ from vllm_fork.rebase.engine import (
     start_rebase,
 )
 from vllm_fork.rebase.state import STATE_FILE
+from vllm_fork.series import store
 from vllm_fork.series.patches import load_series, parse_patch
 from vllm_fork.tree.materialize import materialize
 
@@ -740,3 +741,49 @@ def test_rebase_without_dir_outside_a_work_tree_is_refused(
     assert "is not a work tree made by `vllm-fork materialize`" in err
     assert "give the work tree as DIR" in err
     assert main(["rebase", "--continue"]) == 2
+
+
+def _store_bytes(fork: Fork) -> dict[str, bytes]:
+    root = fork.config.series_root
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_rebase_of_a_stored_once_series(
+    fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The series stored once (series/index + pool): the rebase writes V2 into the
+    store and leaves V1's stored series as it was (history goes to the review), and
+    an abort after a crash while finishing puts the store back byte for byte."""
+    fork.write_series(V1, CLEAN_SERIES)
+    root = fork.config.series_root
+    store.write_store(root, store.read_all(root))
+    assert store.is_stored(root) and not fork.series_dir(V1).exists()
+    before = _store_bytes(fork)
+    v1_before = store.read_base(root, V1)
+    tree = tmp_path / "tree"
+    materialize(fork.config, V1, tree)
+    import vllm_fork.rebase.engine as rebase_mod
+
+    real_export = rebase_mod.export
+
+    def crashing_export(*args, **kwargs):
+        real_export(*args, **kwargs)
+        raise Crash()
+
+    monkeypatch.setattr(rebase_mod, "export", crashing_export)
+    with pytest.raises(Crash):
+        start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert _store_bytes(fork) != before
+    abort_rebase(fork.config, tree, log=quiet)
+    assert _store_bytes(fork) == before
+
+    monkeypatch.setattr(rebase_mod, "export", real_export)
+    shutil.rmtree(tree)
+    materialize(fork.config, V1, tree)
+    start_rebase(fork.config, V1, V2, tree, log=quiet)
+    assert not fork.series_dir(V2).exists() and not fork.series_dir(V1).exists()
+    assert store.read_base(root, V2) is not None
+    v1 = store.read_base(root, V1)
+    assert v1.names == v1_before.names and v1.contents == v1_before.contents
+    files = _store_bytes(fork)
+    assert len(set(files.values())) == len(files)

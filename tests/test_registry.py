@@ -20,6 +20,7 @@ from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe, pr
 from vllm_fork.reports import tables
 from vllm_fork.reports.matrix import compute_matrix, format_matrix
 from vllm_fork.reports.status import compute_status, format_status
+from vllm_fork.series import store
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.testing.forktests import is_test_module
@@ -54,7 +55,7 @@ def test_a_hand_edited_table_is_stale(tmp_path: Path) -> None:
 
 
 def _series_versions() -> list[str]:
-    return sorted(p.name for p in (ROOT / "series").iterdir() if p.is_dir())
+    return store.versions(ROOT / "series")
 
 
 @pytest.mark.parametrize("version", _series_versions())

@@ -10,6 +10,7 @@ import pytest
 
 from vllm_fork.facts.names import tag_for
 from vllm_fork.probes import GitTree
+from vllm_fork.series import store
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.materialize import materialize
@@ -27,7 +28,7 @@ def test_bases_toml_pins_supported_bases() -> None:
     assert supported >= {"0.19.1", "0.20.0", "0.21.0", "0.22.0", "0.33.0"}
     # a supported base is one the fork maintains: it has its own series
     for version in supported:
-        assert (REPO / "series" / version / "series").is_file(), version
+        assert store.has_series(REPO / "series", version), version
     for base in pins.bases.values():
         assert base.sdist.filename == f"vllm-{base.version}.tar.gz"
         assert base.wheel is not None and base.wheel.filename.endswith("_x86_64.whl")
@@ -60,8 +61,7 @@ def test_materialize_default_base(
         text=True,
         check=True,
     ).stdout.split("\n")
-    series = config.series_dir("0.21.0") / "series"
-    expected = 0
-    if series.is_file():
-        expected = len([ln for ln in series.read_text().splitlines() if ln.split("#")[0].strip()])
+    base = store.read_base(config.series_root, "0.21.0")
+    expected = len(base.stems) if base else 0
+    assert expected > 0
     assert len([ln for ln in log if ln]) == expected == result.applied

@@ -36,7 +36,12 @@ if [[ ! "$release" =~ ^[0-9]+(\.[0-9]+)*$ ]]; then
 fi
 
 cp "$out/report/update.md" "$out/report/body.md"
-if [[ -f "series/$release/series" ]]; then
+# a series of the release: series/index names it (stored once) or series/<V>/series (legacy)
+has_series() {
+    [[ -f "series/$release/series" ]] ||
+        grep -qE "^\[(.* )?${release//./\\.}( .*)?\]\$" series/index 2>/dev/null
+}
+if has_series; then
     check=0
     vllm-fork release-check --bases "$release" --out-dir "$out/report/results" \
         --json "$out/report/release-check.json" \
@@ -54,7 +59,10 @@ fi
 
 mkdir -p "$out/changes"
 cp bases.toml "$out/changes/"
-if [[ -d "series/$release" ]]; then
+if [[ -f series/index ]] && has_series; then
+    # stored once: the index and the pool change together; the whole series/ goes
+    cp -R series "$out/changes/"
+elif [[ -d "series/$release" ]]; then
     mkdir -p "$out/changes/series"
     cp -R "series/$release" "$out/changes/series/"
 fi

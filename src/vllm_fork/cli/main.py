@@ -198,6 +198,42 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
     return ExitCode.OK
 
 
+def _series_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether series/ is stored once (exit 1 when a conversion would write)",
+    )
+
+
+def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.lock import dir_lock
+    from vllm_fork.series import store
+
+    root = config.series_root
+    with dir_lock(config.cache_dir, root):
+        bases = store.read_all(root)
+        before = store.figures(root)
+        if args.check:
+            legacy = store.legacy_bases(root)
+            wanted = store.render_index(bases).encode()
+            index = root / store.INDEX_FILE
+            current = index.read_bytes() if index.is_file() else b""
+            pool = root / store.POOL_DIR
+            have = {p.name for p in pool.iterdir()} if pool.is_dir() else set()
+            stale = legacy or current != wanted or have != set(store.plan_pool(bases))
+            print(f"{root}: {len(bases)} base(s), {'not ' if stale else ''}stored once")
+            return 1 if stale else 0
+        change = store.write_store(root, bases)
+    after = store.figures(root)
+    print(
+        f"{root}: {len(bases)} base(s); files {before['files']} -> {after['files']}, "
+        f"distinct contents {before['distinct']} -> {after['distinct']}, "
+        f"lines {before['lines']} -> {after['lines']}" + ("" if change.changed else " (unchanged)")
+    )
+    return 0
+
+
 # --- status ------------------------------------------------------------------------
 
 
@@ -210,11 +246,27 @@ def _status_args(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="probe a materialized work tree on disk (uncommitted edits included)",
     )
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="the drift table instead: per logical patch (Fork-Patch), each base's copy "
+        "against the newest (same, adapted, or absent and why); no probing",
+    )
 
 
 def _status_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.reports.drift import compute_drift, format_drift
     from vllm_fork.reports.status import compute_status, format_status
 
+    if args.drift:
+        if args.tree is not None or args.base is not None:
+            raise UsageError("--drift covers every base; give it without --base or --tree")
+        table = compute_drift(config)
+        if args.json:
+            print(json.dumps(table.to_json(), indent=2, sort_keys=True))
+        else:
+            print(format_drift(table))
+        return 0
     report = compute_status(config, args.base, args.tree)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
@@ -374,7 +426,14 @@ COMMANDS: dict[str, Command] = {
         _materialize_run,
     ),
     "export": Command(
-        "regenerate series/<V>/ from a work tree's commits", _export_args, _export_run
+        "regenerate a base's series (series/index, series/pool/) from a work tree's commits",
+        _export_args,
+        _export_run,
+    ),
+    "series-store": Command(
+        "store series/ once (convert per-base series/<V>/ directories; idempotent)",
+        _series_store_args,
+        _series_store_run,
     ),
     "change": Command(
         "declare a change of your own in local-changes.toml (no Python needed)",

@@ -165,6 +165,7 @@ def _issue_states(config: Workspace, versions: list[str], log) -> dict:
 
 
 def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.reports.drift import compute_drift, format_drift
     from vllm_fork.reports.matrix import compute_matrix, format_matrix
     from vllm_fork.reports.status import format_issue_matrix
 
@@ -198,8 +199,16 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
             file=table_out,
         )
         print(format_issue_matrix(tuple(i.id for i in config.known_issues), issues), file=table_out)
+    drift = compute_drift(config)
+    print(
+        "\nDrift: each logical patch on each base against its newest copy "
+        "(`vllm-fork status --drift`):\n",
+        file=table_out,
+    )
+    print(format_drift(drift), file=table_out)
     if args.json:
         data = matrix.to_json()
+        data["drift"] = drift.to_json()
         checks = last_checks(config)
         data["release_check"] = {v: checks.get(v) for v in versions}
         data["known_issues"] = {

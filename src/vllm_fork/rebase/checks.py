@@ -11,7 +11,7 @@ from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.rebase.conflicts import unmerged_stages
 from vllm_fork.rebase.report import _arg
 from vllm_fork.rebase.state import RebaseState, load_state
-from vllm_fork.series.patches import SERIES_FILE
+from vllm_fork.series import store
 from vllm_fork.sources.pins import check_version
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.materialize import BASE_KEY
@@ -49,7 +49,8 @@ def check_start(
         config.base(onto_version)
     except UnknownVersionError as exc:
         raise UnknownVersionError(f"{exc}; run `vllm-fork pin {onto_version}` first") from None
-    if not force and ((new_series / SERIES_FILE).exists() or any(new_series.glob("*.patch"))):
+    stored = store.has_series(new_series.parent, onto_version)
+    if not force and (stored or any(new_series.glob("*.patch"))):
         raise RebaseRefusedError(
             f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
             "to replace it)"

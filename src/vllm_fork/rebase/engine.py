@@ -70,6 +70,7 @@ from vllm_fork.rebase.state import (
     load_state,
     save_state,
 )
+from vllm_fork.series import store
 from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace, recorded_workspace
 from vllm_fork.tree.apply import MERGE_CONFIG, repo_of
@@ -378,11 +379,10 @@ def _step_finish(
     run_git(["config", BASE_KEY, state.onto_version], cwd=tree)
     if state.files_before is None:
         series_dir = Path(state.series_dir)
-        files = (
-            sorted(p for p in series_dir.iterdir() if p.is_file()) if series_dir.is_dir() else []
-        )
         state.files_before = {str(series_dir): "" if series_dir.is_dir() else None}
-        state.files_before |= {str(p): p.read_bytes().decode("latin-1") for p in files}
+        state.files_before |= {
+            str(p): p.read_bytes().decode("latin-1") for p in _series_files(series_dir)
+        }
         save_state(git_dir, state)
     faults.point("rebase.finish")
     # The rebase replaces the onto series on purpose (the review says what was dropped).
@@ -397,6 +397,15 @@ def _step_finish(
     clear_state(git_dir)
     (git_dir / TODO_FILE).unlink(missing_ok=True)
     return RebaseResult(state, exported.written, exported.removed, review)
+
+
+def _series_files(series_dir: Path) -> list[Path]:
+    """The files finishing may write (and abort puts back): the store's index and
+    pool (series/store.py) and the onto base's own directory."""
+    root = series_dir.parent
+    dirs = [d for d in (root / store.POOL_DIR, series_dir) if d.is_dir()]
+    index = root / store.INDEX_FILE
+    return [*([index] if index.is_file() else []), *(p for d in dirs for p in d.iterdir())]
 
 
 # --- continue / skip / abort -------------------------------------------------------
@@ -463,15 +472,14 @@ def abort_rebase(config: Workspace, tree: Path, *, log: Log = print) -> RebaseSt
     run_git(["config", BASE_KEY, state.orig_base], cwd=tree)
     if state.files_before is not None:  # finishing wrote series/<V2>/: put it back
         series_dir = Path(state.series_dir)
-        if state.files_before.get(str(series_dir)) is None:
-            shutil.rmtree(series_dir, ignore_errors=True)
-        elif series_dir.is_dir():
-            for path in series_dir.iterdir():
-                if path.is_file() and str(path) not in state.files_before:
-                    path.unlink()
+        for path in _series_files(series_dir):
+            if str(path) not in state.files_before:
+                path.unlink()
         for name, text in state.files_before.items():
             if name != str(series_dir) and text is not None:
                 Path(name).write_bytes(text.encode("latin-1"))
+        if state.files_before.get(str(series_dir)) is None:
+            shutil.rmtree(series_dir, ignore_errors=True)
     clear_state(git_dir)
     log(
         f"rebase aborted: {tree} is back at {state.orig_head[:12]} "

@@ -44,7 +44,8 @@ from vllm_fork.hashing import sha256_bytes, sha256_file
 from vllm_fork.probes import DirTree, GitTree
 from vllm_fork.probes.issues import known_issue_states
 from vllm_fork.release import treevenv
-from vllm_fork.series.patches import SERIES_FILE, series_digest
+from vllm_fork.series import store
+from vllm_fork.series.patches import series_digest
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.testing.gpuresults import last_gpu_run
@@ -88,7 +89,7 @@ def state_file(config: Config, version: str) -> Path:
 
 
 def has_series(config: Config, version: str) -> bool:
-    return (config.series_dir(version) / SERIES_FILE).is_file()
+    return store.has_series(config.series_root, version)
 
 
 def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> list[str]:
@@ -103,10 +104,9 @@ def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> li
 
 def _series_digest(config: Config, version: str) -> str | None:
     """The base's :func:`~vllm_fork.series.patches.series_digest` (None: no series)."""
-    directory = config.series_dir(version)
-    if not (directory / SERIES_FILE).is_file():
+    if not store.has_series(config.series_root, version):
         return None
-    return series_digest(directory)
+    return series_digest(config.series_dir(version))
 
 
 def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from vllm_fork.facts.state import (
     decide,
 )
 from vllm_fork.reports.status import base_issue_states
+from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.upstream import imported_sha256
@@ -78,7 +79,7 @@ def base_cell(
 def readme_table(root: Path) -> str:
     """Per base that has a series (the default marked), the state of every change."""
     pins = load_pins(root / "bases.toml")
-    versions = [v for v in pins.versions() if (root / "series" / v).is_dir()]
+    versions = [v for v in pins.versions() if store.has_series(root / "series", v)]
     parts: dict[str, dict[str, list[str]]] = {}
     full_only: dict[str, set[str]] = {}
     for version in versions:

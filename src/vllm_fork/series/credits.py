@@ -28,6 +28,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from vllm_fork.config import find_root
 from vllm_fork.errors import ExitCode, ForkError, SeriesError
 from vllm_fork.facts import registry
 from vllm_fork.facts.names import FORK_EMAIL, FORK_NAME
+from vllm_fork.series import store
 from vllm_fork.series.patches import (
     ORIGIN_BACKPORT,
     ORIGIN_VENDOR,
@@ -193,15 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems: list[str] = []
     try:
         series_root = (args.root if args.root is not None else find_root()) / "series"
-        versions = args.versions or sorted(p.name for p in series_root.iterdir() if p.is_dir())
+        if not series_root.is_dir():
+            raise SeriesError(f"no series directory {series_root}")
+        versions = args.versions or store.versions(series_root)
         for version in versions:
-            if not (series_root / version).is_dir():
+            base = store.read_base(series_root, version)
+            if base is None:
                 raise SeriesError(f"no series for {version} in {series_root}")
             series = load_series(series_root / version)
             if args.write:
-                for patch in series.patches:
-                    if rewrite_credit(patch):
-                        log.info("rewrote the credit of %s/%s", version, patch.name)
+                with tempfile.TemporaryDirectory(prefix="vllm-fork-credits-") as tmp:
+                    changed = False
+                    for i, name in enumerate(base.names):
+                        copy = Path(tmp) / name
+                        copy.write_bytes(base.contents[i])
+                        if rewrite_credit(copy):
+                            log.info("rewrote the credit of %s/%s", version, name)
+                            base.contents[i] = copy.read_bytes()
+                            changed = True
+                    if changed:
+                        store.update_base(series_root, version, base)
                 series = load_series(series_root / version)
             problems += [f"{version}/{problem}" for problem in check_series(series)]
     except (ForkError, OSError, ValueError) as exc:

@@ -19,10 +19,13 @@ from vllm_fork.facts import registry
 from vllm_fork.facts.registry import COMMIT_PREFIX
 from vllm_fork.facts.state import PARTS
 from vllm_fork.git import git_env, run_git
+from vllm_fork.series import store
 from vllm_fork.series.forkversion import REVISION_FILE
+from vllm_fork.series.store import SERIES_FILE, read_series_file
 
-SERIES_FILE = "series"
 PATCH_ID_TRAILER = "Fork-Patch"
+
+__all__ = ["SERIES_FILE", "read_series_file"]
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
 KNOWN_TRAILERS = (
     *REQUIRED,
@@ -219,33 +222,12 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
         )
 
 
-def read_series_file(series_dir: Path) -> list[str]:
-    """Patch file names in order; an absent series directory is an empty series."""
-    series_file = series_dir / SERIES_FILE
-    if not series_dir.exists():
-        return []
-    if not series_file.is_file():
-        if any(series_dir.glob("*.patch")):
-            raise SeriesError(f"{series_dir} has patches but no {SERIES_FILE} file")
-        return []
-    names: list[str] = []
-    for lineno, line in enumerate(series_file.read_text().splitlines(), 1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        if "/" in entry or entry in (".", ".."):
-            raise SeriesError(f"{series_file}:{lineno}: {entry!r} is not a plain file name")
-        if entry in names:
-            raise SeriesError(f"{series_file}:{lineno}: {entry} is listed twice")
-        names.append(entry)
-    return names
-
-
 @dataclass(frozen=True)
 class Series:
-    directory: Path
-    patches: tuple[Path, ...]
+    directory: Path  # series/<V> (its optional ``revision`` file)
+    patches: tuple[Path, ...]  # files named as in the series (a private copy when stored once)
     headers: tuple[PatchHeader, ...]
+    comments: tuple[str, ...] = ()  # the series' '#' lines (Applied-Upstream history)
 
     def carrying(self, change: str) -> list[str]:
         return [h.file for h in self.headers if h.change == change]
@@ -259,50 +241,60 @@ class Series:
         kept = [
             (p, h) for p, h in zip(self.patches, self.headers, strict=True) if h.file not in files
         ]
-        return Series(self.directory, tuple(p for p, _ in kept), tuple(h for _, h in kept))
+        return Series(
+            self.directory,
+            tuple(p for p, _ in kept),
+            tuple(h for _, h in kept),
+            self.comments,
+        )
 
     def digest(self) -> str:
-        """The series' :func:`series_digest`."""
-        return series_digest(self.directory, [p.name for p in self.patches])
-
-
-def load_series(series_dir: Path, *, validate: bool = True) -> Series:
-    """Read and validate a base's series (patch files must exist and have headers)."""
-    names = read_series_file(series_dir)
-    patches: list[Path] = []
-    headers: list[PatchHeader] = []
-    for name in names:
-        path = series_dir / name
-        if not path.is_file():
-            raise SeriesError(f"{series_dir / SERIES_FILE} lists {name}, which does not exist")
-        header = parse_patch(path)
-        if validate:
-            validate_header(header)
-        patches.append(path)
-        headers.append(header)
-    listed = set(names)
-    strays = sorted(p.name for p in series_dir.glob("*.patch") if p.name not in listed)
-    if strays:
-        raise SeriesError(
-            f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
+        """The series' :func:`series_digest` (of the patches it holds)."""
+        return _digest(
+            self.comments,
+            [(p.name, p.read_bytes()) for p in self.patches],
+            self.directory / REVISION_FILE,
         )
-    return Series(series_dir, tuple(patches), tuple(headers))
 
 
 def series_digest(series_dir: Path, names: Sequence[str] | None = None) -> str:
-    """The one digest of a series: sha256 over its series file, its patches in
-    series order (``names``, default: as the series file lists them) and its
-    revision file, each as name, length and bytes. A series file that cannot be
-    read as a list of patches still has a digest: of its own bytes."""
-    if names is None:
-        try:
-            names = read_series_file(series_dir)
-        except SeriesError:
-            names = []
+    """The one digest of a series, in either layout (series/store.py): sha256 over
+    its comment lines, its patches in series order (``names``: only those), each
+    as name, length and bytes, and its ``revision`` file. A series that cannot
+    be read has the digest of what could be read (none of its patches)."""
+    try:
+        base = store.read_base(series_dir.parent, series_dir.name)
+    except SeriesError:
+        base = None
+    patches = list(zip(base.names, base.contents, strict=True)) if base else []
+    if names is not None:
+        wanted = set(names)
+        patches = [(n, d) for n, d in patches if n in wanted]
+    return _digest(base.comments if base else (), patches, series_dir / REVISION_FILE)
+
+
+def _digest(comments: Sequence[str], patches: Sequence[tuple[str, bytes]], revision: Path) -> str:
     digest = hashlib.sha256()
-    for name in (SERIES_FILE, *names, REVISION_FILE):
-        path = series_dir / name
-        data = path.read_bytes() if path.is_file() else b""
+    for line in comments:
+        digest.update(f"#\0{line}\0".encode())
+    rev = revision.read_bytes() if revision.is_file() else b""
+    for name, data in (*patches, (REVISION_FILE, rev)):
         digest.update(f"{name}\0{len(data)}\0".encode())
         digest.update(data)
     return digest.hexdigest()
+
+
+def load_series(series_dir: Path, *, validate: bool = True) -> Series:
+    """Read and validate a base's series (``series_dir``: series/<V>), from the
+    stored-once index or the legacy per-base directory (series/store.py)."""
+    base = store.read_base(series_dir.parent, series_dir.name)
+    if base is None:
+        return Series(series_dir, (), ())
+    _, paths = store.expand(base)
+    headers: list[PatchHeader] = []
+    for path in paths:
+        header = parse_patch(path)
+        if validate:
+            validate_header(header)
+        headers.append(header)
+    return Series(series_dir, tuple(paths), tuple(headers), tuple(base.comments))

@@ -37,6 +37,7 @@ from vllm_fork.errors import ConfigError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import load_register
 from vllm_fork.series.patches import load_series
+from vllm_fork.series.store import stamp_paths as series_stamp_paths
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import load_pins
 
@@ -62,13 +63,6 @@ def stamp(paths: list[Path]) -> Stamp:
             continue
         out.append((path.name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
-
-
-def _dir_stamp(directory: Path) -> Stamp:
-    try:
-        return stamp(sorted(directory.iterdir()))
-    except (FileNotFoundError, NotADirectoryError):
-        return ()
 
 
 @dataclass(frozen=True)
@@ -107,11 +101,11 @@ class Workspace(Config):
         return self.pins.get(version)
 
     def series(self, version: str, *, validate: bool = True) -> Series:
-        """The series of ``version`` (``series/<version>/``), read once (again only
+        """The series of ``version`` (series/store.py), read once (again only
         after a file of it changed)."""
         directory = self.series_dir(version)
         key = ("series", version, validate)
-        now = _dir_stamp(directory)
+        now = stamp(series_stamp_paths(self.series_root, version))
         held = self._loaded.get(key)
         if held is None or held[0] != now:
             log.debug(f"reading {directory}")

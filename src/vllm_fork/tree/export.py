@@ -1,18 +1,19 @@
-"""`vllm-fork export`: regenerate ``series/<V>/`` from a work tree's commits.
+"""`vllm-fork export`: regenerate a base's series from a work tree's commits.
 
 The commits after ``upstream/<V>`` are written with ``git format-patch``
 (the options of docs/series-format.md, git's defaults, the user's git
-configuration ignored) so that a materialized and
-unchanged tree exports byte-identical files. Files whose content did not
-change are left untouched; patch files that are no longer produced are
-removed; the series file is rewritten only when the list changed.
+configuration ignored) so that a materialized and unchanged tree exports
+byte-identical patches. They go into the stored-once series
+(series/store.py): a variant is added to ``series/pool/`` only when its
+content is new, the index is replaced atomically, and variants no base
+references any more are removed. An export that changes nothing writes
+nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +22,10 @@ from vllm_fork.config import Config
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, run_git
+from vllm_fork.lock import dir_lock
+from vllm_fork.series import store
 from vllm_fork.series.credits import FORK_FROM
-from vllm_fork.series.patches import (
-    SERIES_FILE,
-    PatchHeader,
-    parse_patch,
-    read_series_file,
-    validate_header,
-)
+from vllm_fork.series.patches import PatchHeader, parse_patch, validate_header
 from vllm_fork.series.precompiled import OVERWRITTEN_PREFIXES
 from vllm_fork.sources.workspace import recorded_workspace
 from vllm_fork.tree.commits import series_commits, tree_base
@@ -46,7 +43,6 @@ FORMAT_PATCH = (
     "--diff-algorithm=myers",
     "--quiet",
 )
-SERIES_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
 
 
 @dataclass
@@ -57,10 +53,12 @@ class ExportResult:
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     series_changed: bool = False
+    store: store.StoreChange = field(default_factory=store.StoreChange)
 
     @property
     def changed(self) -> bool:
-        return bool(self.written or self.removed or self.series_changed)
+        """Whether a file under series/ was written or removed."""
+        return self.store.changed
 
 
 def _check_clean(tree: Path) -> None:
@@ -133,28 +131,28 @@ def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
                 raise type(exc)(f"commit to export has a bad header: {exc}") from None
         _check_from([parse_patch(path) for path in produced])
         result = ExportResult(version, [p.name for p in produced], series_dir)
-        _check_loss(tree, series_dir, result.patches, force)
-        if not produced and not series_dir.exists():
+        contents = [p.read_bytes() for p in produced]
+    with dir_lock(config.cache_dir, config.series_root):
+        current = store.read_base(config.series_root, version)
+        listed = current.names if current else []
+        _check_loss(tree, listed, series_dir, result.patches, force)
+        if not produced and current is None:
             return result
-        series_dir.mkdir(parents=True, exist_ok=True)
-        for path in produced:
-            target = series_dir / path.name
-            data = path.read_bytes()
-            if not target.is_file() or target.read_bytes() != data:
-                shutil.copyfile(path, target)
-                result.written.append(path.name)
-    keep = set(result.patches)
-    for stale in sorted(series_dir.glob("*.patch")):
-        if stale.name not in keep:
-            stale.unlink()
-            result.removed.append(stale.name)
-    series_file = series_dir / SERIES_FILE
-    current = read_series_file(series_dir) if series_file.is_file() else None
-    if current != result.patches:
-        series_file.write_text(
-            SERIES_HEADER + "".join(f"{n}\n" for n in result.patches) + kept_comments(series_file)
+        old = dict(zip(listed, current.contents, strict=True)) if current else {}
+        result.written = [
+            n for n, d in zip(result.patches, contents, strict=True) if old.get(n) != d
+        ]
+        result.removed = [n for n in old if n not in result.patches]
+        result.series_changed = list(old) != result.patches
+        new = store.BaseSeries(
+            [store.stem_of(n) for n in result.patches],
+            contents,
+            current.comments if current else [],
         )
-        result.series_changed = True
+        if store.is_stored(config.series_root):
+            result.store = store.update_base(config.series_root, version, new)
+        else:  # the legacy per-base layout stays as it is (docs/series-format.md)
+            result.store = store.write_legacy(series_dir, result.patches, contents)
     return result
 
 
@@ -171,8 +169,9 @@ def _check_from(headers: list[PatchHeader]) -> None:
         )
 
 
-def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) -> None:
-    current = read_series_file(series_dir) if (series_dir / SERIES_FILE).is_file() else []
+def _check_loss(
+    tree: Path, current: list[str], series_dir: Path, produced: list[str], force: bool
+) -> None:
     added = [name for name in produced if name not in current]
     removed = [name for name in current if name not in produced]
     numbers = {_number(name) for name in produced}
@@ -202,18 +201,3 @@ def _check_loss(tree: Path, series_dir: Path, produced: list[str], force: bool) 
         f"refusing to export {tree}: {why}; check out branch {BRANCH} at its tip, "
         "or pass --force to export HEAD as it is"
     )
-
-
-def kept_comments(series_file: Path) -> str:
-    """The comment lines of an existing series file that export did not write
-    (e.g. the `# Applied-Upstream:` history a rebase records), kept in order
-    after the patch list."""
-    if not series_file.is_file():
-        return ""
-    own = set(SERIES_HEADER.splitlines())
-    lines = [
-        line
-        for line in series_file.read_text().splitlines()
-        if line.lstrip().startswith("#") and line not in own
-    ]
-    return "".join(f"{line}\n" for line in lines)
