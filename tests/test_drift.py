@@ -108,8 +108,27 @@ def test_drift_of_a_synthetic_series(synthetic: drift.DriftTable) -> None:
 def test_registry_na_reason() -> None:
     a = patch("Gate", "gate", ["a"], change="ar-rms-pack-gate", part="change")
     copy = drift._Copy("0.21.0", "0001-Gate.patch", a.decode(), "ar-rms-pack-gate", "change", None)
-    cell = drift._absent_reason("0.20.0", [copy], {"Gate"}, {}, ["0.20.0", "0.21.0"])
+    cell = drift._absent_reason("0.20.0", [copy], {"Gate"}, {}, ["0.20.0", "0.21.0"], {})
     assert cell.state == drift.NA and "arrives in 0.21.0" in cell.detail
+
+
+def test_a_hardening_patch_is_upstream_only_once_its_bugs_are_fixed_upstream() -> None:
+    """The change being upstream does not make the fork's hardening of it upstream's:
+    a hardening patch absent from a base is "not carried" unless every known issue
+    it fixes was fixed upstream by that release."""
+    text = patch("Fix", "fix", ["a"], change="ar-rms-pack-gate").decode()
+    copy = drift._Copy(
+        "0.26.0", "0001-Fix.patch", text, "ar-rms-pack-gate", "hardening", None, ("bug-1",)
+    )
+    versions = ["0.26.0", "0.27.0", "0.33.0"]
+
+    def cell(version: str, fixed: dict[str, str]) -> drift.Cell:
+        return drift._absent_reason(version, [copy], {"Fix"}, {}, versions, fixed)
+
+    assert cell("0.33.0", {}).state == drift.NOT_CARRIED
+    assert cell("0.27.0", {"bug-1": "0.33.0"}).state == drift.NOT_CARRIED
+    fixed = cell("0.33.0", {"bug-1": "0.33.0"})
+    assert fixed.state == drift.UPSTREAM and "bug-1: fixed upstream in 0.33.0" in fixed.detail
 
 
 def test_interdiff_ignores_only_index_lines_and_line_numbers() -> None:

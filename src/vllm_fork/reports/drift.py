@@ -26,7 +26,8 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork.facts import registry
-from vllm_fork.facts.state import PART_CHANGE, PART_HARDENING
+from vllm_fork.facts.known_issues import FIXES_TRAILER
+from vllm_fork.facts.state import PART_CHANGE, PART_FIX, PART_HARDENING
 from vllm_fork.series import store
 from vllm_fork.series.patches import Series, TrailerFields
 from vllm_fork.series.store import stem_of
@@ -194,6 +195,7 @@ class _Copy:
     change: str
     part: str
     applied_upstream: str | None
+    fixes: tuple[str, ...] = ()  # its Fork-Fixes: known-issue ids
 
 
 def _history(series: Series) -> dict[str, tuple[str, str]]:
@@ -212,6 +214,7 @@ def _absent_reason(
     stems: set[str],
     histories: Mapping[str, dict[str, tuple[str, str]]],
     versions: list[str],
+    upstream_fixes: Mapping[str, str],
 ) -> Cell:
     v = Version(version)
     change_id, part = copies[-1].change, copies[-1].part
@@ -244,8 +247,16 @@ def _absent_reason(
             return Cell(UPSTREAM, f"{change_id}: upstream since {change.upstream_since} (registry)")
         if part == PART_HARDENING and change.hardening_ids and not change.hardening_at(version):
             return Cell(RETIRED, f"{change_id}: no hardening item applies to {version}")
-        if expected == "present":
-            return Cell(UPSTREAM, f"{change_id}: upstream since {change.upstream_since} (registry)")
+    fixes = sorted({f for c in copies for f in c.fixes})
+    if part in (PART_HARDENING, PART_FIX):
+        # the fork's own fix of a known bug: upstream has it once upstream fixed the bug
+        at = [upstream_fixes.get(f) for f in fixes]
+        if fixes and all(a and _is_version(a) and Version(a) <= v for a in at):
+            done = ", ".join(f"{f}: fixed upstream in {a}" for f, a in zip(fixes, at, strict=True))
+            return Cell(UPSTREAM, f"{done} (known-issues.toml)")
+        return Cell(NOT_CARRIED, "")
+    if change is not None and change.expected_upstream(version) == "present":
+        return Cell(UPSTREAM, f"{change_id}: upstream since {change.upstream_since} (registry)")
     return Cell(NOT_CARRIED, "")
 
 
@@ -257,8 +268,13 @@ def _is_version(text: str) -> bool:
     return True
 
 
-def drift_table(series_by_base: Mapping[str, Series]) -> DriftTable:
-    """The drift table of the given bases' series (any order; sorted oldest first)."""
+def drift_table(
+    series_by_base: Mapping[str, Series], upstream_fixes: Mapping[str, str] | None = None
+) -> DriftTable:
+    """The drift table of the given bases' series (any order; sorted oldest first).
+    ``upstream_fixes``: known-issue id -> the upstream release that fixed it (a
+    hardening or fix patch is upstream's only once every bug it fixes is)."""
+    upstream_fixes = upstream_fixes or {}
     versions = sorted(series_by_base, key=Version)
     copies: dict[str, list[_Copy]] = {}
     order: dict[str, tuple[int, int]] = {}
@@ -276,6 +292,7 @@ def drift_table(series_by_base: Mapping[str, Series]) -> DriftTable:
                     header.change,
                     header.part,
                     header.applied_upstream,
+                    tuple(header.values(FIXES_TRAILER)),
                 )
             )
             order.setdefault(ident, (rank, pos))
@@ -290,7 +307,7 @@ def drift_table(series_by_base: Mapping[str, Series]) -> DriftTable:
             copy = by_version.get(version)
             if copy is None:
                 row.cells[version] = _absent_reason(
-                    version, found, stems[ident], histories, versions
+                    version, found, stems[ident], histories, versions, upstream_fixes
                 )
             elif copy is newest:
                 row.cells[version] = Cell(NEWEST, "", copy.file)
@@ -309,7 +326,8 @@ def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTa
     """The drift table of every pinned base with a series (or of ``versions``)."""
     wanted = list(versions) if versions else store.versions(config.series_root)
     pinned = set(config.pins.versions())
-    return drift_table({v: config.series(v) for v in wanted if v in pinned})
+    fixed = {i.id: i.upstream_fix for i in config.known_issues if i.upstream_fix}
+    return drift_table({v: config.series(v) for v in wanted if v in pinned}, fixed)
 
 
 def format_drift(table: DriftTable) -> str:
