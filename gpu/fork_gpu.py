@@ -7,6 +7,11 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
   ``torch.ops._C.rotary_embedding``; stand-ins for ``vllm._C`` and
   ``vllm._C_stable_libtorch`` let vLLM's CUDA platform import. Build
   outputs go to ``$FORK_GPU_BUILD`` (default: a temporary directory).
+  Where the tree has no compiled flash attention (``_vllm_fa2_C`` /
+  ``_vllm_fa3_C``), ``vllm.vllm_flash_attn`` is a stand-in that says so:
+  its functions raise, its capability queries answer no (vLLM's attention
+  utilities import it at module level on the CUDA platform, and upstream's
+  kernel test utilities import those).
 * Fixtures ``default_vllm_config`` and ``dist_init`` as the tree's root
   conftest defines them, so upstream's kernel tests run unchanged with
   ``--noconftest`` (the root conftest imports the whole engine).
@@ -118,6 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _stand_in("vllm._C")
         _stand_in("vllm._C_stable_libtorch")
         _no_cutlass()
+        _no_flash_attn(Path(src))
 
 
 _LIBS: list[torch.library.Library] = []
@@ -143,6 +149,44 @@ def _no_cutlass() -> None:
         lib.define(f"{query}(int cuda_device_capability) -> bool")
         lib.impl(query, lambda capability: False, "CompositeExplicitAutograd")
     _LIBS.append(lib)
+
+
+FLASH_ATTN = "vllm.vllm_flash_attn"
+FLASH_ATTN_MISSING = (
+    "vLLM's flash attention extension (_vllm_fa2_C or _vllm_fa3_C) is not built here"
+)
+# What vLLM imports from vllm.vllm_flash_attn at module level.
+FLASH_ATTN_FUNCTIONS = (
+    "flash_attn_varlen_func",
+    "get_scheduler_metadata",
+    "compile_flash_attn_varlen_func_from_specs",
+)
+
+
+def _no_flash_attn(tree: Path) -> None:
+    """A stand-in for vllm.vllm_flash_attn in a tree without its compiled
+    extensions: every function raises, and the queries say no version is
+    supported, so nothing can run on it unnoticed."""
+    package = tree / "vllm" / "vllm_flash_attn"
+    if not package.is_dir() or any(package.glob("_vllm_fa*_C*")):
+        return
+    module = types.ModuleType(FLASH_ATTN)
+    module.__doc__ = f"Stand-in: {FLASH_ATTN_MISSING}."
+
+    def missing(name: str):
+        def call(*args: object, **kwargs: object) -> None:
+            raise RuntimeError(f"{FLASH_ATTN}.{name}: {FLASH_ATTN_MISSING}")
+
+        call.__name__ = name
+        return call
+
+    for name in FLASH_ATTN_FUNCTIONS:
+        setattr(module, name, missing(name))
+    module.FA2_AVAILABLE = False
+    module.FA3_AVAILABLE = False
+    module.is_fa_version_supported = lambda *args, **kwargs: False
+    module.fa_version_unsupported_reason = lambda *args, **kwargs: FLASH_ATTN_MISSING
+    sys.modules[FLASH_ATTN] = module
 
 
 def pytest_report_header(config: pytest.Config) -> str:
