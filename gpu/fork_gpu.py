@@ -30,6 +30,8 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import types
@@ -64,6 +66,7 @@ def load_rope_kernel(src: Path, build: Path) -> None:
         raise FileNotFoundError(f"{kernel} is missing")
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    _use_a_compiler_with_shared_libstdcxx(build)
     stable = "torch::stable" in kernel.read_text()
     binding = "binding_stable.cpp" if stable else "binding.cpp"
     defines = ["-DUSE_CUDA"] if stable else []
@@ -87,6 +90,49 @@ def load_rope_kernel(src: Path, build: Path) -> None:
         is_python_module=False,
         verbose=False,
     )
+
+
+STDCXX_PROBE = (
+    "#include <sstream>\nstd::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n"
+)
+
+
+def _links_libstdcxx_shared(cxx: str, where: Path) -> bool:
+    """Whether cxx links a shared object against the shared libstdc++."""
+    out = where / "stdcxx-probe.so"
+    try:
+        proc = subprocess.run(
+            [cxx, "-shared", "-fPIC", "-x", "c++", "-", "-o", str(out)],
+            input=STDCXX_PROBE,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except OSError:
+        return False
+    return proc.returncode == 0 and b"libstdc++.so" in out.read_bytes()
+
+
+def _use_a_compiler_with_shared_libstdcxx(where: Path) -> None:
+    """Build with a C++ compiler that links libstdc++ as a shared library.
+
+    A toolchain that links it statically (a host's own GCC build with only
+    ``libstdc++.a``) gives the extension a second copy of the C++ runtime next
+    to the one the process has loaded; the two copies' locale facet ids
+    disagree, and formatting a number into the message of a failed check
+    (``std::ostream::operator<<(long)`` under STD_TORCH_CHECK) crashes with
+    SIGSEGV instead of raising. ``CXX``/``CC`` name the compiler torch uses."""
+    current = os.environ.get("CXX") or "c++"
+    if _links_libstdcxx_shared(current, where):
+        return
+    for cxx, cc in (("c++", "cc"), ("g++", "gcc"), ("/usr/bin/g++", "/usr/bin/gcc")):
+        path = shutil.which(cxx)
+        if path and path != shutil.which(current) and _links_libstdcxx_shared(path, where):
+            os.environ["CXX"] = path
+            os.environ["CC"] = shutil.which(cc) or cc
+            print(f"fork_gpu: {current} links libstdc++ statically; building with {path}")
+            return
+    print(f"fork_gpu: no compiler here links libstdc++ as a shared library ({current} does not)")
 
 
 def _cuda_library_includes() -> list[str]:
