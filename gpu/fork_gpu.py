@@ -7,6 +7,11 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
   ``torch.ops._C.rotary_embedding``; stand-ins for ``vllm._C`` and
   ``vllm._C_stable_libtorch`` let vLLM's CUDA platform import. Build
   outputs go to ``$FORK_GPU_BUILD`` (default: a temporary directory).
+  Where the tree has no compiled flash attention (``_vllm_fa2_C`` /
+  ``_vllm_fa3_C``), ``vllm.vllm_flash_attn`` is a stand-in that says so:
+  its functions raise, its capability queries answer no (vLLM's attention
+  utilities import it at module level on the CUDA platform, and upstream's
+  kernel test utilities import those).
 * Fixtures ``default_vllm_config`` and ``dist_init`` as the tree's root
   conftest defines them, so upstream's kernel tests run unchanged with
   ``--noconftest`` (the root conftest imports the whole engine).
@@ -25,6 +30,8 @@ compiled extension: ``pytest -p fork_gpu`` with ``gpu/`` on ``PYTHONPATH``.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import types
@@ -59,6 +66,7 @@ def load_rope_kernel(src: Path, build: Path) -> None:
         raise FileNotFoundError(f"{kernel} is missing")
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    _use_a_compiler_with_shared_libstdcxx(build)
     stable = "torch::stable" in kernel.read_text()
     binding = "binding_stable.cpp" if stable else "binding.cpp"
     defines = ["-DUSE_CUDA"] if stable else []
@@ -82,6 +90,49 @@ def load_rope_kernel(src: Path, build: Path) -> None:
         is_python_module=False,
         verbose=False,
     )
+
+
+STDCXX_PROBE = (
+    "#include <sstream>\nstd::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n"
+)
+
+
+def _links_libstdcxx_shared(cxx: str, where: Path) -> bool:
+    """Whether cxx links a shared object against the shared libstdc++."""
+    out = where / "stdcxx-probe.so"
+    try:
+        proc = subprocess.run(
+            [cxx, "-shared", "-fPIC", "-x", "c++", "-", "-o", str(out)],
+            input=STDCXX_PROBE,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except OSError:
+        return False
+    return proc.returncode == 0 and b"libstdc++.so" in out.read_bytes()
+
+
+def _use_a_compiler_with_shared_libstdcxx(where: Path) -> None:
+    """Build with a C++ compiler that links libstdc++ as a shared library.
+
+    A toolchain that links it statically (a host's own GCC build with only
+    ``libstdc++.a``) gives the extension a second copy of the C++ runtime next
+    to the one the process has loaded; the two copies' locale facet ids
+    disagree, and formatting a number into the message of a failed check
+    (``std::ostream::operator<<(long)`` under STD_TORCH_CHECK) crashes with
+    SIGSEGV instead of raising. ``CXX``/``CC`` name the compiler torch uses."""
+    current = os.environ.get("CXX") or "c++"
+    if _links_libstdcxx_shared(current, where):
+        return
+    for cxx, cc in (("c++", "cc"), ("g++", "gcc"), ("/usr/bin/g++", "/usr/bin/gcc")):
+        path = shutil.which(cxx)
+        if path and path != shutil.which(current) and _links_libstdcxx_shared(path, where):
+            os.environ["CXX"] = path
+            os.environ["CC"] = shutil.which(cc) or cc
+            print(f"fork_gpu: {current} links libstdc++ statically; building with {path}")
+            return
+    print(f"fork_gpu: no compiler here links libstdc++ as a shared library ({current} does not)")
 
 
 def _cuda_library_includes() -> list[str]:
@@ -118,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _stand_in("vllm._C")
         _stand_in("vllm._C_stable_libtorch")
         _no_cutlass()
+        _no_flash_attn(Path(src))
 
 
 _LIBS: list[torch.library.Library] = []
@@ -143,6 +195,44 @@ def _no_cutlass() -> None:
         lib.define(f"{query}(int cuda_device_capability) -> bool")
         lib.impl(query, lambda capability: False, "CompositeExplicitAutograd")
     _LIBS.append(lib)
+
+
+FLASH_ATTN = "vllm.vllm_flash_attn"
+FLASH_ATTN_MISSING = (
+    "vLLM's flash attention extension (_vllm_fa2_C or _vllm_fa3_C) is not built here"
+)
+# What vLLM imports from vllm.vllm_flash_attn at module level.
+FLASH_ATTN_FUNCTIONS = (
+    "flash_attn_varlen_func",
+    "get_scheduler_metadata",
+    "compile_flash_attn_varlen_func_from_specs",
+)
+
+
+def _no_flash_attn(tree: Path) -> None:
+    """A stand-in for vllm.vllm_flash_attn in a tree without its compiled
+    extensions: every function raises, and the queries say no version is
+    supported, so nothing can run on it unnoticed."""
+    package = tree / "vllm" / "vllm_flash_attn"
+    if not package.is_dir() or any(package.glob("_vllm_fa*_C*")):
+        return
+    module = types.ModuleType(FLASH_ATTN)
+    module.__doc__ = f"Stand-in: {FLASH_ATTN_MISSING}."
+
+    def missing(name: str):
+        def call(*args: object, **kwargs: object) -> None:
+            raise RuntimeError(f"{FLASH_ATTN}.{name}: {FLASH_ATTN_MISSING}")
+
+        call.__name__ = name
+        return call
+
+    for name in FLASH_ATTN_FUNCTIONS:
+        setattr(module, name, missing(name))
+    module.FA2_AVAILABLE = False
+    module.FA3_AVAILABLE = False
+    module.is_fa_version_supported = lambda *args, **kwargs: False
+    module.fa_version_unsupported_reason = lambda *args, **kwargs: FLASH_ATTN_MISSING
+    sys.modules[FLASH_ATTN] = module
 
 
 def pytest_report_header(config: pytest.Config) -> str:

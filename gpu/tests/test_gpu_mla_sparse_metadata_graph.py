@@ -116,20 +116,36 @@ def capture_reader(builder, n: int):
     return graph, outs
 
 
-@pytest.mark.parametrize("scenario", sorted(helpers.SCENARIOS))
+def _scenarios() -> dict[str, tuple[int, list]]:
+    """name -> (draft tokens per request, steps). Later trees give every
+    scenario as (draft tokens, steps); earlier ones give the plain scenarios
+    as steps and those under speculative decoding in SPEC_SCENARIOS."""
+    out = {}
+    for name, script in helpers.SCENARIOS.items():
+        out[name] = script if isinstance(script, tuple) else (0, script)
+    out.update(getattr(helpers, "SPEC_SCENARIOS", {}))
+    return out
+
+
+SCENARIOS = _scenarios()
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_replay_reads_the_rebuilt_metadata(sparse_mla, scenario):
     n = helpers.MAX_TOKENS
-    script = helpers.SCENARIOS[scenario]
-    if isinstance(script, tuple):  # later trees: (speculative tokens, steps)
-        script = script[1]
+    spec_tokens, script = SCENARIOS[scenario]
     steps = [scaled(batch) for batch, _ in script]
-    builder = helpers.make_builder(sparse_mla)
+    # The builder is configured as the model runner configures it: a batch
+    # whose host seq_lens are only an optimistic bound (drafts not yet
+    # confirmed) occurs only with speculative decoding, and a builder told
+    # there is none takes that bound for the exact KV end.
+    builder = helpers.make_builder(sparse_mla, spec_tokens=spec_tokens)
     helpers.run_step(sparse_mla, builder, steps[0], seed=0)
     graph, outs = capture_reader(builder, n)
     for seed, batch in enumerate(steps):
         helpers.run_step(sparse_mla, builder, batch, seed=seed)
         graph.replay()  # no synchronize between the build and the replay
-        fresh = helpers.make_builder(sparse_mla)
+        fresh = helpers.make_builder(sparse_mla, spec_tokens=spec_tokens)
         helpers.run_step(sparse_mla, fresh, batch, seed=seed)
         torch.cuda.synchronize()
         for i, (out, ref) in enumerate(zip(outs, persistent(fresh, n), strict=True)):
