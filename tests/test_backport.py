@@ -18,6 +18,7 @@ import pytest
 
 from vllm_fork.cli.backport import fork_checks
 from vllm_fork.rebase import backport as bp
+from vllm_fork.series import store
 from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
@@ -255,3 +256,31 @@ def test_a_conflict_resolved_by_hand_then_the_same_command(fork, tmp_path: Path)
     assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CARRIED}
     assert report.reused == ["1.1.0"] and report.ok
     assert (fork.root / "series/1.1.0/0002-ROCm-Fix-ops-line-20.patch").is_file()
+
+
+def test_backport_into_the_stored_once_series(fork, tmp_path: Path) -> None:
+    """series/ stored once (series/index + pool): the bases are found in the index,
+    the carried patch lands in the store (no per-base directory appears), and a
+    patch id is found on a base that is not among the targets."""
+    root = fork.root / "series"
+    store.write_store(root, store.read_all(root))
+    assert store.is_stored(root) and not (root / "1.0.0").exists()
+    assert bp.select_targets(load_config(), None) == list(RELEASES)
+    tree = fix_commit(fork, tmp_path)
+    report = run(fork, tree, ["1.0.0"])
+    assert report.ok and verdicts(report) == {"1.0.0": bp.CLEAN}
+    assert not (root / "1.0.0").exists()
+    assert store.read_base(root, "1.0.0").names[-1] == "0002-ROCm-Fix-ops-line-20.patch"
+
+    config = load_config()
+    holders = bp.select_targets(config, None)
+    source, state_dir = bp.source_from_patch(config, "ops-line-20", holders, None)
+    assert source.version == "1.0.0"
+    report = bp.backport(config, source, state_dir, ["1.1.0"], checks(), jobs=1)
+    assert verdicts(report) == {"1.1.0": bp.CLEAN} and report.ok
+    carried = store.read_base(root, "1.1.0")
+    assert carried.names[-1] == "0002-ROCm-Fix-ops-line-20.patch"
+    assert carried.contents[-1] == store.read_base(root, "1.0.0").contents[-1]
+    assert not (root / "1.1.0").exists()
+    files = [p.read_bytes() for p in root.rglob("*") if p.is_file()]
+    assert len(set(files)) == len(files)  # still no content stored twice

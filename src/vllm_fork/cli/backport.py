@@ -95,7 +95,9 @@ def backport_run(args: argparse.Namespace, config: Workspace) -> int:
     if args.tree is not None:
         source, state_dir = source_from_tree(config, args.tree, args.commit)
     else:
-        source, state_dir = source_from_patch(config, args.patch, targets, args.from_version)
+        # the patch is looked for on every base with a series, not only the targets
+        holders = select_targets(config, None)
+        source, state_dir = source_from_patch(config, args.patch, holders, args.from_version)
 
     def python_for(tree: Path) -> str:
         return str(ensure_tree_venv(config, tree, args.torch))

@@ -55,7 +55,8 @@ from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import FIXES_TRAILER
 from vllm_fork.git import git_env, git_out, run_git
-from vllm_fork.series.patches import SERIES_FILE, TrailerFields
+from vllm_fork.series import store
+from vllm_fork.series.patches import TrailerFields, series_digest
 from vllm_fork.sources.workspace import Workspace, load_config
 from vllm_fork.sourcetree import DirTree
 from vllm_fork.tree import apply
@@ -88,7 +89,7 @@ def patch_identity(fields: TrailerFields, subject: str) -> str:
 
 def carries(config: Workspace, version: str, identity: str) -> str | None:
     """The patch file of series/<version> that carries ``identity`` (None: none)."""
-    if not (config.series_dir(version) / SERIES_FILE).is_file():
+    if not store.has_series(config.series_root, version):
         return None
     series = config.series(version, validate=False)
     for path, header in zip(series.patches, series.headers, strict=True):
@@ -314,9 +315,9 @@ class Backport:
         result = BaseResult(**data)
         if not result.accepted:
             return None  # a conflict or a failure is tried again
-        if result.series != _digest_dir(self.config.series_dir(version)):
+        if result.series != series_digest(self.config.series_dir(version)):
             return None  # the base's series changed since: redo it
-        if result.verdict in APPLIED and not (self.stage / "series" / version).is_dir():
+        if result.verdict in APPLIED and not store.has_series(self.stage / "series", version):
             return None
         return result
 
@@ -343,14 +344,16 @@ class Backport:
         if self.stage.is_dir():
             # series/ changed since (e.g. a conflict resolved by hand and exported):
             # keep what the bases whose own series did not change exported
+            old = self.stage / "series"
             for version in list(self.state["results"]):
                 kept = self.recorded(version)
-                staged = self.stage / "series" / version
                 if kept is None:
                     del self.state["results"][version]
+                elif kept.verdict in APPLIED and store.is_stored(old):
+                    store.update_base(tmp / "series", version, store.read_base(old, version))
                 elif kept.verdict in APPLIED:
                     shutil.rmtree(tmp / "series" / version, ignore_errors=True)
-                    shutil.copytree(staged, tmp / "series" / version, symlinks=True)
+                    shutil.copytree(old / version, tmp / "series" / version, symlinks=True)
             shutil.rmtree(self.stage)
         os.replace(tmp, self.stage)
         self.state["series_at_start"] = start
@@ -375,6 +378,8 @@ class Backport:
             target = real / rel
             if not target.is_file() or target.read_bytes() != path.read_bytes():
                 write.append(str(rel))
+        # the index last: until it is replaced it names only variants already there
+        write.sort(key=lambda rel: rel == store.INDEX_FILE)
         remove = [
             str(p.relative_to(real))
             for p in sorted(real.rglob("*"))
@@ -425,7 +430,7 @@ class Backport:
         """Materialize, decide and apply: the recorded result of a base that
         stops here, or its work tree with the commit applied."""
         t0 = time.monotonic()
-        series = _digest_dir(self.config.series_dir(version))
+        series = series_digest(self.config.series_dir(version))
         carried = carries(self.config, version, self.source.identity)
         if carried is not None:
             return self._done(BaseResult(version, CARRIED, f"series/{version}/{carried}"), t0)
@@ -644,7 +649,7 @@ def select_targets(config: Workspace, wanted: Sequence[str] | None) -> list[str]
         for version in wanted:
             pins.get(version)
         return sorted(set(wanted), key=Version)
-    return [v for v in pins.versions() if (config.series_dir(v) / SERIES_FILE).is_file()]
+    return [v for v in pins.versions() if store.has_series(config.series_root, v)]
 
 
 # --- the report ---------------------------------------------------------------------
