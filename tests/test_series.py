@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.errors import SeriesError
+from vllm_fork.series import store
 from vllm_fork.series.patches import load_series, parse_patch, read_series_file, validate_header
 
 PATCH = """\
@@ -124,7 +125,8 @@ def test_every_committed_patch_has_one_stable_id() -> None:
     unique within a series, and one id means one change and part on every base."""
     seen: dict[str, tuple[str, str, str]] = {}
     problems: list[str] = []
-    for series_dir in sorted(p for p in (ROOT / "series").iterdir() if p.is_dir()):
+    for version in store.versions(ROOT / "series"):
+        series_dir = ROOT / "series" / version
         ids: list[str] = []
         for header in load_series(series_dir).headers:
             values = header.values("Fork-Patch")
