@@ -235,3 +235,16 @@ def test_a_per_base_series_merged_in_later_overrides_the_index(tmp_path: Path) -
     assert not legacy.exists()
     assert store.read_all(root)["1.1.1"].contents == [newer]
     assert store.read_all(root)["1.1.0"].key() == sample()["1.1.0"].key()
+
+
+def test_a_file_written_by_a_reader_does_not_reach_the_next_reader() -> None:
+    """The expanded copies of a series are shared by every reader of the same
+    series in a process: one that writes to its patch file must not change what
+    the next reader gets."""
+    data = b"From 0 Mon Sep 17 00:00:00 2001\nSubject: [Kernel] A\n\nbody\n---\n"
+    base = store.BaseSeries(["Kernel-A"], [data], [], ["0001-Kernel-A.patch"])
+    _, (path,) = store.expand(base)
+    assert path.read_bytes() == data
+    path.write_bytes(data.replace(b"body", b"edited by a reader"))
+    _, (again,) = store.expand(base)
+    assert again == path and again.read_bytes() == data

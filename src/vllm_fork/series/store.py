@@ -430,7 +430,20 @@ def expand(base: BaseSeries) -> tuple[Path, list[Path]]:
     (for ``git am``/``git apply``); made once per content in this process."""
     directory = _expand_root() / digest(base)[:32]
     paths = [directory / name for name in base.names]
-    if not directory.is_dir():
+    if directory.is_dir():
+        # made earlier in this process: a reader that wrote to one of its files
+        # must not change what the next reader of the same series gets
+        for path, data in zip(paths, base.contents, strict=True):
+            try:
+                same = path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                log.warning(f"{path} no longer held its patch; written again")
+                tmp = path.with_name(f".{path.name}.part")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+    else:
         tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".part-"))
         for name, data in zip(base.names, base.contents, strict=True):
             (tmp / name).write_bytes(data)
