@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,6 +49,7 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__, faults
+from vllm_fork.atomic import write_json_atomic
 from vllm_fork.config import BASES_FILE
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts import registry
@@ -238,22 +238,6 @@ def _digest_dir(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a kill leaves the previous file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class Report:
     source: Source
@@ -304,7 +288,7 @@ class Backport:
 
     def save(self) -> None:
         with self._lock:
-            _write_json(self.state_file, self.state)
+            write_json_atomic(self.state_file, self.state)
 
     # -- results --
 

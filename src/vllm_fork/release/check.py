@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__
+from vllm_fork.atomic import write_json_atomic
 from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
 from vllm_fork.build.builder import BuildRefused, BuildRequest, build
 from vllm_fork.build.env import torch_spec
@@ -206,22 +205,6 @@ def load_state(config: Config, version: str) -> BaseState | None:
 
 def save_state(config: Config, state: BaseState) -> None:
     write_json_atomic(state_file(config, state.version), state.to_json())
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically: a kill leaves the previous file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.atomic import write_bytes_atomic, write_json_atomic
 from vllm_fork import faults
 from vllm_fork.errors import SeriesError, fs_fault, is_fs_fault
 
@@ -507,18 +508,7 @@ def render_index(bases: dict[str, BaseSeries]) -> str:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    """Write ``path`` by rename from a temporary sibling (flushed to disk first)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            faults.point("series.write")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, data, fault="series.write")
 
 
 @dataclass
