@@ -42,8 +42,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork import faults
+from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.errors import SeriesError, fs_fault, is_fs_fault
 
 log = logging.getLogger(__name__)
