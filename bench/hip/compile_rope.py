@@ -9,7 +9,8 @@ stand-in for the host glue: c10's real ``Half`` and ``BFloat16`` (header-only,
 from a PyTorch wheel's include folder) and one host function per
 instantiation that launches it, for every query/cache dtype pair and every
 vector width the op's dispatch picks (NeoX: 16 bytes of the query and 1;
-GPT-J: 16 bytes, 8 bytes and 1). It compiles that for each ``--arch``
+GPT-J: 16 bytes, 8 bytes and 1, with the flat GPT-J kernel where the file
+has it). It compiles that for each ``--arch``
 (default gfx942 and gfx950, both wave64) with ``-DUSE_ROCM``, then reads
 each code object back: how many rotary kernels it holds and their
 wavefront size (``llvm-readelf --notes``).
@@ -58,16 +59,21 @@ def device_part(text: str) -> str:
     return text[start : end + len("}  // namespace vllm")]
 
 
-def instantiations() -> list[tuple[str, str, bool, int]]:
-    """(query, cache, is_neox, VEC) for every kernel the dispatch launches."""
+FLAT = "rotary_embedding_flat_kernel"
+
+
+def instantiations(flat: bool = False) -> list[tuple[str, str, bool, int, bool]]:
+    """(query, cache, is_neox, VEC, flat) for every kernel the dispatch
+    launches; with ``flat`` (a kernel file that has the flat GPT-J kernel)
+    GPT-J launches that one instead of the block kernel."""
     out = []
     for q, qsize in DTYPES.items():
         vec = 16 // qsize
         for c in DTYPES:
             for v in (vec, 1):
-                out.append((q, c, True, v))
+                out.append((q, c, True, v, False))
             for v in (vec, vec // 2, 1):
-                out.append((q, c, False, v))
+                out.append((q, c, False, v, flat))
     return out
 
 
@@ -128,7 +134,19 @@ def source(kernel_text: str, compat_include: str, origin: str) -> str:
         "// Host stand-in: one launcher per instantiation, as the op's dispatch",
         "// launches it (grid and block from the caller).",
     ]
-    for i, (q, c, neox, v) in enumerate(instantiations()):
+    for i, (q, c, neox, v, flat) in enumerate(instantiations(FLAT in body)):
+        if flat:
+            lines += [
+                f"void rope_launch_{i}(dim3 grid, dim3 block, hipStream_t stream,",
+                f"    const int64_t* pos, {q}* query, {q}* key, const {c}* cache) {{",
+                f"  vllm::{FLAT}<{q}, {c}, false, {v}>",
+                "      <<<grid, block, 0, stream>>>(pos, query, key, cache, 64, 3072,",
+                "          576, 192, 16, 1, 4096,",
+                f"          vllm::RopeDivisor(17 * 32 / {v}), vllm::RopeDivisor(32 / {v}),",
+                "          128, false);",
+                "}",
+            ]
+            continue
         lines += [
             f"void rope_launch_{i}(dim3 grid, dim3 block, hipStream_t stream,",
             f"    const int64_t* pos, {q}* query, {q}* key, const {c}* cache) {{",
@@ -197,7 +215,7 @@ def main() -> int:
     (work / compat_include).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(header, work / compat_include)
     log: list[str] = [f"kernel: {kernel_file(args.tree)}"]
-    expected = len(instantiations())
+    expected = len(instantiations(FLAT in device_part(text)))
     ok = True
     run(prefix + [args.hipcc, "--version"], log)
     for arch in archs:
@@ -232,11 +250,13 @@ def main() -> int:
         notes = subprocess.run(
             prefix + [args.readelf, "--notes", str(obj)], capture_output=True, text=True
         )
-        kernels = re.findall(r"\.name:\s+(\S*rotary_embedding_kernel\S*)", notes.stdout)
+        kernels = re.findall(r"\.name:\s+(\S*rotary_embedding_(?:flat_)?kernel\S*)", notes.stdout)
         waves = set(re.findall(r"\.wavefront_size:\s+(\d+)", notes.stdout))
+        flat = sum(FLAT in k for k in kernels)
         log.append(
             f"{arch}: {len(kernels)} rotary kernels (expected {expected}), "
             f"wavefront size {', '.join(sorted(waves)) or '?'}"
+            + (f"; {flat} of them the flat GPT-J kernel" if flat else "")
         )
         if len(kernels) != expected or waves != {"64"}:
             ok = False
