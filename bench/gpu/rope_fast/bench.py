@@ -42,6 +42,14 @@ import rope_ext  # noqa: E402  (the variant builder of the cache-dtype bench)
 UPSTREAM, FORK = "upstream-0.21.0", "fork-0.21.0"
 # Further staged builds to time beside the fork's (kernel design trials).
 EXTRA = [v for v in os.environ.get("ROPE_EXTRA_VARIANTS", "").split(",") if v]
+# ROPE_BENCH_ROWS=layouts times only the GPT-J rows (the GPT-J variant row
+# and the model-shaped layout classes): a shorter run for GPT-J trials.
+# ROPE_BENCH_ROWS=small times the launch-bound layout rows (<= 1024 tokens)
+# ROPE_BENCH_ROUNDS times over (default 9), each round a fresh set of
+# interleaved replays, and reports the spread of fork/FlashInfer.
+ROWS = os.environ.get("ROPE_BENCH_ROWS", "all")
+ONLY_GPTJ = ROWS == "layouts"
+SMALL_TOKENS = 1024
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 NUM_Q_HEADS, NUM_KV_HEADS, MAX_POSITION = 32, 8, 131072
 TOKENS = (1, 256, 4096, 16384, 65536)
@@ -504,6 +512,37 @@ def layout_markdown(res: dict) -> list[str]:
     return lines
 
 
+def small_markdown(rows: list[dict], header: bool = True) -> str:
+    """The launch-bound rows timed round after round: per row the medians
+    over the rounds and the spread of fork/FlashInfer."""
+    lines = []
+    if header:
+        cols = [
+            "layout", "tokens", "rounds", "fork us", "FlashInfer us", "fork/FI median",
+            "fork/FI min", "fork/FI max", "rounds fork <= FI",
+            *(f"{v}/FI median" for v in EXTRA),
+        ]  # fmt: skip
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        runs = row["runs"]
+        ratio = [r[FORK] / r["flashinfer"] for r in runs]
+        extra = [statistics.median(r[v] / r["flashinfer"] for r in runs) for v in EXTRA]
+        cells = [
+            row["layout"],
+            str(row["tokens"]),
+            str(len(runs)),
+            f"{statistics.median(r[FORK] for r in runs):.2f}",
+            f"{statistics.median(r['flashinfer'] for r in runs):.2f}",
+            f"{statistics.median(ratio):.3f}",
+            f"{min(ratio):.3f}",
+            f"{max(ratio):.3f}",
+            str(sum(x <= 1 for x in ratio)),
+            *(f"{x:.3f}" for x in extra),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def floor_target(r: dict) -> float | None:
     """The issue's bound on fork/floor for a row, None where it sets none."""
     if r["tokens"] < 16384:
@@ -660,12 +699,27 @@ def main() -> int:
     # One discarded pass over the first (launch-bound) case: its times
     # otherwise depend on how far the clocks have ramped up.
     time_case(ops, fi, TOKENS[0], HEADS[0], BF16, BF16, True, HEADS[0], res["bandwidth"])
+    if ROWS == "small":
+        rounds = int(os.environ.get("ROPE_BENCH_ROUNDS", "9"))
+        res["small"] = []
+        for name in LAYOUTS:
+            for tokens in (t for t in LAYOUT_TOKENS if t <= SMALL_TOKENS):
+                runs = [time_layout(ops, fi, name, tokens, res["bandwidth"]) for _ in range(rounds)]
+                res["small"].append({"layout": name, "tokens": tokens, "runs": runs})
+                print(small_markdown(res["small"][-1:], header=False), flush=True)
+        text = small_markdown(res["small"])
+        (args.out / "small.md").write_text(text)
+        (args.out / "small.json").write_text(json.dumps(res, indent=1))
+        print(text)
+        return 0
     perf = []
-    for head in HEADS:
+    for head in () if ONLY_GPTJ else HEADS:
         for tokens in TOKENS:
             perf.append(time_case(ops, fi, tokens, head, BF16, BF16, True, head, res["bandwidth"]))
             print(perf[-1], flush=True)
     for qd, cd, neox, frac in VARIANTS.values():
+        if ONLY_GPTJ and neox:
+            continue
         perf.append(time_case(ops, fi, 16384, 128, qd, cd, neox, int(128 * frac), res["bandwidth"]))
         print(perf[-1], flush=True)
     res["perf"] = perf
