@@ -131,6 +131,26 @@ def test_a_hardening_patch_is_upstream_only_once_its_bugs_are_fixed_upstream() -
     assert fixed.state == drift.UPSTREAM and "bug-1: fixed upstream in 0.33.0" in fixed.detail
 
 
+def test_a_fix_the_base_does_not_need_is_not_affected() -> None:
+    """A hardening or fix patch absent from a base whose known-issue probes find
+    none of its bugs there is "not affected", with the issue named; a bug still
+    there (or not probed) leaves it "not carried"."""
+    text = patch("Gate", "gate", ["a"], change="ar-rms-pack-gate").decode()
+    copy = drift._Copy(
+        "0.24.0", "0001-Gate.patch", text, "ar-rms-pack-gate", "hardening", None, ("bug-1",)
+    )
+    versions = ["0.24.0", "0.25.0"]
+
+    def cell(clean: frozenset[str]) -> drift.Cell:
+        return drift._absent_reason("0.25.0", [copy], {"Gate"}, {}, versions, {}, lambda v: clean)
+
+    unaffected = cell(frozenset({"bug-1"}))
+    assert unaffected.state == drift.UNAFFECTED and "bug-1: not affected" in unaffected.detail
+    assert drift.SHORT[unaffected.state] == "unaff"
+    assert cell(frozenset()).state == drift.NOT_CARRIED
+    assert cell(frozenset({"bug-2"})).state == drift.NOT_CARRIED
+
+
 def test_interdiff_ignores_only_index_lines_and_line_numbers() -> None:
     one = patch("S", "s", ["a"]).decode()
     assert drift.interdiff(one, patch("S", "s", ["a"], index="4444444", at=99).decode()).same
@@ -140,7 +160,9 @@ def test_interdiff_ignores_only_index_lines_and_line_numbers() -> None:
     assert diff.summary() == "1 file(s), 1 hunk(s) differ, context lines only: x.py"
 
 
-def test_drift_of_the_real_series(capsys: pytest.CaptureFixture[str]) -> None:
+def test_drift_of_the_real_series(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = drift.compute_drift(load_config(root=ROOT))
     assert len(table.bases) == 20
     assert all(sum(c.state == drift.NEWEST for c in r.cells.values()) == 1 for r in table.rows)
@@ -152,8 +174,14 @@ def test_drift_of_the_real_series(capsys: pytest.CaptureFixture[str]) -> None:
     # the change the fork carried until upstream 0.20.0 took it: upstream on the newest base
     (precast,) = [r for r in table.rows if (r.change, r.part) == ("moe-bias-precast", "change")]
     assert precast.cells["0.33.0"].state == drift.UPSTREAM
+    # the AITER version gate is not needed where the ROCm image pins AITER >= 0.1.14
+    (gate,) = [r for r in table.rows if r.id == "ar-rms-aiter-version-gate"]
+    assert gate.cells["0.33.0"].state == drift.UNAFFECTED
+    assert "aiter-2890-ar-rms-2stage-ordering: not affected" in gate.cells["0.33.0"].detail
     assert table.counts()[drift.SAME] > 0
     assert table.counts()[drift.ADAPTED] > 0
+    # the command prints this table (computed once: the probes take a while)
+    monkeypatch.setattr(drift, "compute_drift", lambda config, versions=None: table)
     assert main(["status", "--drift", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bases"] == table.bases and len(data["patches"]) == len(table.rows)

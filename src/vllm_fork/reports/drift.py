@@ -11,26 +11,34 @@ has none). For each base, the patch is
 - absent, with the reason: ``n/a`` (the release lacks the code the change
   modifies: the change registry), ``upstream`` (the release has it: an
   ``Applied-Upstream`` trailer or rebase record, or the registry), ``retired``
-  (dropped by hand at a rebase, or its hardening no longer applies), or
-  ``not carried`` (none of these: the base simply has no such patch).
+  (dropped by hand at a rebase, or its hardening no longer applies),
+  ``not affected`` (a hardening or fix patch whose known issues the base
+  does not have: the known-issue probes), or ``not carried`` (none of these:
+  the base simply has no such patch).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
 from packaging.version import Version
 
+from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
-from vllm_fork.facts.known_issues import FIXES_TRAILER
+from vllm_fork.facts.known_issues import FIXES_TRAILER, NOT_AFFECTED
 from vllm_fork.facts.state import PART_CHANGE, PART_FIX, PART_HARDENING
+from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
 from vllm_fork.series.patches import Series, TrailerFields
 from vllm_fork.series.store import stem_of
+
+log = logging.getLogger(__name__)
 
 ID_TRAILER = "Fork-Patch"
 NEWEST = "newest"
@@ -39,8 +47,9 @@ ADAPTED = "adapted"
 NA = "n/a"
 UPSTREAM = "upstream"
 RETIRED = "retired"
+UNAFFECTED = NOT_AFFECTED
 NOT_CARRIED = "not carried"
-ABSENT = (NA, UPSTREAM, RETIRED, NOT_CARRIED)
+ABSENT = (NA, UPSTREAM, RETIRED, UNAFFECTED, NOT_CARRIED)
 SHORT = {
     NEWEST: "newest",
     SAME: "same",
@@ -48,12 +57,14 @@ SHORT = {
     NA: "n/a",
     UPSTREAM: "upstr",
     RETIRED: "retir",
+    UNAFFECTED: "unaff",
     NOT_CARRIED: "-",
 }
 LEGEND = (
     "newest: the newest base carrying the patch (the reference); same: the same diff "
     "(index lines and line numbers aside);\nadapt: another diff (below); absent: n/a (the "
-    "release lacks the code), upstr (upstream has it), retir (retired), - (not carried)."
+    "release lacks the code), upstr (upstream has it), retir (retired),\nunaff (the "
+    "release lacks the bugs it fixes), - (not carried)."
 )
 _HISTORY = re.compile(
     r"^# (?P<kind>Applied-Upstream|Dropped-By-Hand): (?P<version>\S+) <- (?P<patch>\S+) "
@@ -215,6 +226,7 @@ def _absent_reason(
     histories: Mapping[str, dict[str, tuple[str, str]]],
     versions: list[str],
     upstream_fixes: Mapping[str, str],
+    unaffected: Callable[[str], Collection[str]] | None = None,
 ) -> Cell:
     v = Version(version)
     change_id, part = copies[-1].change, copies[-1].part
@@ -254,6 +266,12 @@ def _absent_reason(
         if fixes and all(a and _is_version(a) and Version(a) <= v for a in at):
             done = ", ".join(f"{f}: fixed upstream in {a}" for f, a in zip(fixes, at, strict=True))
             return Cell(UPSTREAM, f"{done} (known-issues.toml)")
+        # nothing to fix: the release does not have the bugs (the known-issue probes)
+        if fixes and unaffected is not None:
+            clean = unaffected(version)
+            if all(f in clean for f in fixes):
+                why = ", ".join(f"{f}: not affected" for f in fixes)
+                return Cell(UNAFFECTED, f"{why} (known-issue probes of {version})")
         return Cell(NOT_CARRIED, "")
     if change is not None and change.expected_upstream(version) == "present":
         return Cell(UPSTREAM, f"{change_id}: upstream since {change.upstream_since} (registry)")
@@ -269,11 +287,15 @@ def _is_version(text: str) -> bool:
 
 
 def drift_table(
-    series_by_base: Mapping[str, Series], upstream_fixes: Mapping[str, str] | None = None
+    series_by_base: Mapping[str, Series],
+    upstream_fixes: Mapping[str, str] | None = None,
+    unaffected: Callable[[str], Collection[str]] | None = None,
 ) -> DriftTable:
     """The drift table of the given bases' series (any order; sorted oldest first).
     ``upstream_fixes``: known-issue id -> the upstream release that fixed it (a
-    hardening or fix patch is upstream's only once every bug it fixes is)."""
+    hardening or fix patch is upstream's only once every bug it fixes is).
+    ``unaffected``: base -> the known issues it does not have (asked only for a
+    hardening or fix patch the base lacks)."""
     upstream_fixes = upstream_fixes or {}
     versions = sorted(series_by_base, key=Version)
     copies: dict[str, list[_Copy]] = {}
@@ -307,7 +329,7 @@ def drift_table(
             copy = by_version.get(version)
             if copy is None:
                 row.cells[version] = _absent_reason(
-                    version, found, stems[ident], histories, versions, upstream_fixes
+                    version, found, stems[ident], histories, versions, upstream_fixes, unaffected
                 )
             elif copy is newest:
                 row.cells[version] = Cell(NEWEST, "", copy.file)
@@ -327,7 +349,18 @@ def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTa
     wanted = list(versions) if versions else store.versions(config.series_root)
     pinned = set(config.pins.versions())
     fixed = {i.id: i.upstream_fix for i in config.known_issues if i.upstream_fix}
-    return drift_table({v: config.series(v) for v in wanted if v in pinned}, fixed)
+
+    @functools.cache
+    def unaffected(version: str) -> frozenset[str]:
+        try:
+            states = base_issue_states(config, version)
+        except ForkError as e:  # e.g. offline without the upstream repository
+            log.warning("%s: known issues not probed (%s); absent fixes shown as '-'", version, e)
+            return frozenset()
+        return frozenset(s.issue for s in states if s.state == NOT_AFFECTED)
+
+    series = {v: config.series(v) for v in wanted if v in pinned}
+    return drift_table(series, fixed, unaffected)
 
 
 def format_drift(table: DriftTable) -> str:
