@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Lint and test the tool (ruff check, ruff format --check, pytest), then run
-# the series tests of the default base in a materialized tree (scripts/test-tree.sh).
+# The test command (what CI runs on every commit, .ci/run): ruff check,
+# ruff format --check, the tool's tests (pytest; the layer contracts are
+# tests/test_layers.py), then the series tests of the default base in a
+# materialized tree (scripts/test-tree.sh: fork tests + prove-fail).
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not network").
+#
+# The long checks are not run here; `vllm-fork release-check` runs them
+# (README, "What the test command runs"):
+# - the tests marked `release` (the end-to-end precompiled build of the default
+#   base, twice; the deploy and ROCm end to end; the hostile-wheel fuzz; ...)
+#   are skipped here with that reason; release-check runs them with the default
+#   base's check (step tool-tests: VLLM_FORK_RELEASE_TESTS=1 pytest -m release);
+# - the series tests of the other bases: release-check runs them for every base.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/venv.sh
@@ -17,27 +27,21 @@ print(ci_base(load_config(), sys.argv[1]) or "")' "$1"
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# The end-to-end precompiled build of the default base (twice, compared) runs
-# here too: it needs the index or a warm cache; VLLM_FORK_E2E_BUILD=0 skips it.
-# So does the deploy end to end (tests/test_deploy_e2e.py): the default wheel,
-# reused from <cache>/work/e2e-dist while it verifies, published to a local
-# pypiserver, pip-installed from it with --no-deps and checked by smoke --installed.
-# Installing the wheel with all its dependencies (`vllm-fork smoke`, about
-# 8 GB) runs only with VLLM_FORK_E2E_SMOKE=1.
-export VLLM_FORK_E2E_BUILD="${VLLM_FORK_E2E_BUILD:-1}"
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -rs "$@"
 
-# The fork's own tests inside a materialized tree of the default base, then
-# of one more base picked from the commit hash among the other bases with a
-# series (fork tests + prove-fail, no wheel build), so successive commits
-# exercise every base; VLLM_FORK_EXTRA_BASE=V picks it, =none skips it.
-# Skip both with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool.
-# The whole release check of every base is `vllm-fork release-check` (README).
+# The fork's own tests inside a materialized tree of the default base. Skip it
+# with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool. One more base
+# on request: VLLM_FORK_EXTRA_BASE=V, or =auto for the one picked from the
+# commit hash among the other bases with a series (successive commits then
+# exercise every base).
 if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
     scripts/test-tree.sh
-    extra="${VLLM_FORK_EXTRA_BASE:-$(ci_extra_base "$(git rev-parse HEAD 2>/dev/null || echo 0)")}"
+    extra="${VLLM_FORK_EXTRA_BASE:-none}"
+    if [[ "$extra" == auto ]]; then
+        extra="$(ci_extra_base "$(git rev-parse HEAD 2>/dev/null || echo 0)")"
+    fi
     if [[ -n "$extra" && "$extra" != none ]]; then
-        echo "extra base for this commit: $extra"
+        echo "extra base: $extra"
         scripts/test-tree.sh "$extra"
     fi
 fi

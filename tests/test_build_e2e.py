@@ -26,6 +26,7 @@ from vllm_fork.sources.workspace import load_config
 
 # Opt-in (VLLM_FORK_E2E_BUILD=1): about 5 GB of downloads and 10+ minutes on 2 cores.
 pytestmark = [
+    pytest.mark.release,  # run by `vllm-fork release-check`, not the test command
     pytest.mark.slow,
     pytest.mark.network,
     pytest.mark.skipif(

@@ -33,6 +33,7 @@ from vllm_fork.sources.workspace import load_config
 from .indexserver import PASSWORD, USER, IndexServer, index_server
 
 pytestmark = [
+    pytest.mark.release,  # run by `vllm-fork release-check`, not the test command
     pytest.mark.slow,
     pytest.mark.network,
     pytest.mark.skipif(

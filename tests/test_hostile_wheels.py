@@ -357,6 +357,8 @@ def real_wheel(fork_repo: ForkRepo, tmp_path: Path) -> Path:
     return fork_wheel(tmp_path / "real", record, tree, VERSION)
 
 
+@pytest.mark.release  # the fuzz: run by `vllm-fork release-check`, not the test command
+@pytest.mark.slow
 def test_hostile_wheels_get_one_verdict(real_wheel: Path, tmp_path: Path) -> None:
     src = Source(real_wheel)
     rng = random.Random(SEED)

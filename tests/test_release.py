@@ -438,3 +438,95 @@ def test_no_wheel_means_no_install_check(bases: Fork) -> None:
     row = check.release_check(bases.config, [GOOD]).to_json()["bases"][0]
     assert "install: no wheel" in row["reasons"]
     assert row["installed"] is False
+
+
+# --- the tool's release tests (step tool-tests) -----------------------------------------
+
+RELEASE_TEST = """import os
+
+import pytest
+
+
+@pytest.mark.release
+def test_long():
+    assert os.environ["VLLM_FORK_RELEASE_TESTS"] == "1"
+    assert os.environ["VLLM_FORK_E2E_BUILD"] == "1"
+    assert {outcome}
+
+
+def test_quick():
+    raise AssertionError("not a release test: -m release leaves it out")
+"""
+
+
+def write_suite(root: Path, outcome: str = "True") -> None:
+    suite = root / "tests"
+    suite.mkdir(exist_ok=True)
+    (suite / "conftest.py").write_text("")
+    (suite / "test_tool.py").write_text(RELEASE_TEST.format(outcome=outcome))
+
+
+def test_the_tools_release_tests_run_with_the_default_base_and_again_when_they_change(
+    bases: Fork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step tool-tests runs `pytest -m release` of the checkout once, with the
+    default base (GOOD) and no other; a change of the tool's sources redoes it
+    alone, and a failing release test fails the default base."""
+    calls: list[tuple[str, str]] = []
+    real = dict(check.STEP_FUNCTIONS)
+    wheel = bases.tmp / "vllm-fake.whl"
+    wheel.write_bytes(b"not read")
+    figures = {
+        "materialize": {"patches": 1},
+        "known-issues": {"known_issues": {}},
+        "tests": {"passed": 1, "failed": 0, "errors": 0, "skipped": 0},
+        "prove-fail": {"proven": 1, "total": 1, "unproven": []},
+        "wheel": {"wheel": str(wheel), "built": True, "verified": True},
+        "install": {"installed": True, "checks": 3},
+    }
+
+    def counted(name: str):
+        def step(ctx: check.Context):
+            calls.append((ctx.version, name))
+            return dict(figures[name]) if name in figures else real[name](ctx)
+
+        return step
+
+    monkeypatch.setattr(check, "STEP_FUNCTIONS", {name: counted(name) for name in real})
+    write_suite(bases.root)
+    report = check.release_check(bases.config, [GOOD, BAD])
+    assert [name for v, name in calls if v == GOOD][-1] == check.TOOL_TESTS
+    assert (BAD, check.TOOL_TESTS) not in calls
+    assert report.passed
+    rows = {r["base"]: r for r in report.to_json()["bases"]}
+    assert rows[BAD]["tool_tests"] is None
+    tool = rows[GOOD]["tool_tests"]
+    assert (tool["result"], tool["passed"], tool["failed"], tool["skipped"]) == ("ok", 1, 0, 0)
+    assert f"- with {GOOD}: ok: 1 passed, 0 failed, 0 errors, 0 skipped" in check.format_report(
+        report
+    )
+
+    calls.clear()
+    assert check.release_check(bases.config, [GOOD]).reused == {GOOD} and calls == []
+
+    write_suite(bases.root, outcome="False")
+    report = check.release_check(bases.config, [GOOD])
+    assert calls == [(GOOD, check.TOOL_TESTS)]
+    row = report.to_json()["bases"][0]
+    assert row["result"] == "failed" and not report.passed
+    assert row["tool_tests"]["failed"] == 1
+    assert any(
+        r.startswith("tool-tests: the tool's release tests: 0 passed, 1 failed")
+        for r in row["reasons"]
+    )
+
+
+def test_without_a_test_suite_the_tool_tests_say_why(bases: Fork) -> None:
+    report = check.release_check(bases.config, [GOOD])
+    row = report.to_json()["bases"][0]
+    assert row["tool_tests"]["result"] == "failed"
+    assert any(r.startswith("tool-tests: no test suite at ") for r in row["reasons"])
+    assert (
+        check.release_check(bases.config, [GOOD], wheel=False).to_json()["bases"][0]["tool_tests"]
+        is None
+    )

@@ -84,7 +84,10 @@ def start(fork: Fork, cache: Path, *args: str) -> subprocess.Popen[str]:
     """``vllm-fork ARGS`` in a process of its own, on a cache of its own (a copy
     of the fixture's, which holds the imported synthetic releases)."""
     shutil.copytree(fork.config.cache_dir, cache)
-    launcher = fork.tmp / "launcher.py"
+    # one launcher file per process: rewriting a shared one while an earlier
+    # process is still opening it can hand that process an empty script (exit 0,
+    # no result)
+    launcher = fork.tmp / f"launcher-{cache.name}.py"
     launcher.write_text(LAUNCHER)
     env = dict(
         os.environ,

@@ -7,8 +7,10 @@ base and series, through vLLM's own setup.py) -> verify -> audit -> publish
 
 The synthetic wheel (tests/rocmwheel.py) has the layout of upstream's ROCm wheel;
 no real one can be fetched here. It runs with the other end-to-end tests
-(VLLM_FORK_E2E_BUILD=1): it needs the base's sdist and upstream wheel (cached by
-`vllm-fork fetch --wheel`) and, once, a small build environment with a CPU torch.
+(a release test: `vllm-fork release-check` runs it with the default base, with
+VLLM_FORK_RELEASE_TESTS=1 and VLLM_FORK_E2E_BUILD=1): it needs the base's sdist
+and upstream wheel (cached by `vllm-fork fetch --wheel`) and, once, a small build
+environment with a CPU torch.
 The pins go into a copy of bases.toml (VLLM_FORK_ROOT): the repository is not edited.
 """
 
@@ -38,6 +40,7 @@ from .indexserver import PASSWORD, USER, IndexServer, index_server
 from .rocmwheel import ROCM_TAG, make_rocm_wheel, serve, sha256_of, stand_in_binary, write_index
 
 pytestmark = [
+    pytest.mark.release,  # run by `vllm-fork release-check`, not the test command
     pytest.mark.slow,
     pytest.mark.network,
     pytest.mark.skipif(

@@ -46,7 +46,10 @@ def release_check_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--force", action="store_true", help="redo bases whose result is recorded")
     p.add_argument(
-        "--no-wheel", action="store_true", help="skip the precompiled wheel build and verify"
+        "--no-wheel",
+        action="store_true",
+        help="skip the precompiled wheel build, its install check and the tool's release "
+        "tests (they build the default base)",
     )
     p.add_argument(
         "--torch",

@@ -3,7 +3,10 @@
 For each base checked (bases.toml ``supported = true``, plus any base with
 a series): materialize base + series, run the fork tests, prove every
 judged patch's tests fail without it, build the precompiled wheel (the
-build verifies it). Every step's result is written to
+build verifies it) and install it. With the default base, also the tool's
+release tests (``pytest -m release`` of the checkout's ``tests/``: the long
+checks the test command leaves out; vllm_fork/testing/toolsuite.py); their
+record is redone when the tool's sources change. Every step's result is written to
 ``<cache>/release-check/<V>.json`` as soon as it is known, together with
 the digest of the inputs (series, tool version, sdist, upstream wheel,
 torch spec). A rerun skips the steps already recorded for the same inputs,
@@ -48,15 +51,19 @@ from vllm_fork.series.patches import series_digest
 from vllm_fork.sources.pins import Pins, load_pins
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.testing.gpuresults import last_gpu_run
+from vllm_fork.testing.toolsuite import run_release_tests, sources_digest
 from vllm_fork.tree.commits import series_commits
 from vllm_fork.tree.materialize import materialize
 
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
-STEPS = ("materialize", "known-issues", "tests", "prove-fail", "wheel", "install")
-# the steps that need a wheel (left out by --no-wheel)
-WHEEL_STEPS = ("wheel", "install")
+TOOL_TESTS = "tool-tests"
+STEPS = ("materialize", "known-issues", "tests", "prove-fail", "wheel", "install", TOOL_TESTS)
+# the steps that build or need a wheel (left out by --no-wheel)
+WHEEL_STEPS = ("wheel", "install", TOOL_TESTS)
+# the steps of the default base only
+DEFAULT_BASE_STEPS = (TOOL_TESTS,)
 # a step that needs another's result: the step it needs, and what is missing without it
 NEEDS = {
     "known-issues": ("materialize", "no work tree"),
@@ -364,6 +371,22 @@ def step_install(ctx: Context) -> dict[str, Any]:
     return {"installed": True, "checks": len(result.lines)}
 
 
+def step_tool_tests(ctx: Context) -> dict[str, Any]:
+    """The tool's release tests (``pytest -m release``), once, with the default base."""
+    digest = sources_digest(ctx.config.root)
+    outcome = run_release_tests(ctx.config.root)
+    data = {
+        "passed": outcome.passed,
+        "failed": outcome.failed,
+        "errors": outcome.errors,
+        "skipped": outcome.skipped,
+        "sources": digest,
+    }
+    if not outcome.green:
+        raise StepFailed(f"the tool's release tests: {outcome.summary()}", data)
+    return data
+
+
 STEP_FUNCTIONS: dict[str, Step] = {
     "materialize": step_materialize,
     "known-issues": step_known_issues,
@@ -371,6 +394,7 @@ STEP_FUNCTIONS: dict[str, Step] = {
     "prove-fail": step_prove_fail,
     "wheel": step_wheel,
     "install": step_install,
+    TOOL_TESTS: step_tool_tests,
 }
 
 
@@ -405,7 +429,22 @@ def check_base(
             if not step.get("retry") and step.get("status") != NOT_RUN
         }
         state.finished = False
-    steps = [s for s in STEPS if wheel or s not in WHEEL_STEPS]
+    default = version == pins.get(None).version
+    steps = [
+        s
+        for s in STEPS
+        if (wheel or s not in WHEEL_STEPS) and (default or s not in DEFAULT_BASE_STEPS)
+    ]
+    recorded = state.steps.get(TOOL_TESTS) if state is not None else None
+    if (
+        state is not None
+        and recorded is not None
+        and TOOL_TESTS in steps
+        and recorded.get("sources") != sources_digest(config.root)
+    ):
+        log.info("%s: the tool's sources changed since its release tests ran", version)
+        del state.steps[TOOL_TESTS]
+        state.finished = False
     if state is not None and state.finished:
         if all(name in state.steps for name in steps):
             return state, True
@@ -488,6 +527,7 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
     proof = steps.get("prove-fail", {})
     wheel = steps.get("wheel", {})
     install = steps.get("install", {})
+    tool = steps.get(TOOL_TESTS)
     made = steps.get("materialize", {})
     issues = steps.get("known-issues", {}).get("known_issues")
     # in the order the steps run, whatever order the record keeps them in
@@ -515,6 +555,12 @@ def summary(state: BaseState, reused: bool = False) -> dict[str, Any]:
         "known_issues": None
         if issues is None
         else {issue: cell["state"] for issue, cell in sorted(issues.items())},
+        "tool_tests": None
+        if tool is None
+        else {
+            "result": tool.get("status"),
+            **{k: tool.get(k) for k in ("passed", "failed", "errors", "skipped", "seconds")},
+        },
         "seconds": round(state.seconds, 1),
         "reused": reused,
         "reasons": reasons,
@@ -539,6 +585,13 @@ def issues_cell(states: dict[str, str] | None) -> str:
     if bad:
         return f"{AFFECTED}: {', '.join(bad)}"
     return f"none affected ({len(states)})"
+
+
+def _tool_tests_cell(tool: dict[str, Any]) -> str:
+    counts = ", ".join(
+        f"{_cell(tool.get(key))} {key}" for key in ("passed", "failed", "errors", "skipped")
+    )
+    return f"{tool.get('result')}: {counts} ({float(tool.get('seconds') or 0):.0f} s)"
 
 
 def format_report(report: Report) -> str:
@@ -570,6 +623,13 @@ def format_report(report: Report) -> str:
         f"| {t['skipped']} | {t['proven']}/{t['proven_of']} | | {t['wheels_verified']} "
         f"| {t['wheels_installed']} | | {t['seconds']:.0f} | |"
     )
+    tool = [
+        f"- with {r['base']}: {_tool_tests_cell(r['tool_tests'])}"
+        for r in data["bases"]
+        if r.get("tool_tests")
+    ]
+    if tool:
+        lines += ["", "The tool's release tests (`pytest -m release`, step tool-tests):", "", *tool]
     notes = [f"- {r['base']}: {reason}" for r in data["bases"] for reason in r["reasons"]]
     notes += [f"- {version}: no result (missing)" for version in data["missing"]]
     if notes:

@@ -72,7 +72,12 @@ def _quoted(versions: list[str]) -> str:
     return ", ".join(f'"{v}"' for v in versions)
 
 
-def _setup_steps() -> str:
+# The tool with its dev extras: the default base's release check runs the
+# tool's release tests (pytest -m release; vllm_fork/testing/toolsuite.py).
+INSTALL_DEV = 'python -m pip install ".[dev]"'
+
+
+def _setup_steps(install: str = "python -m pip install .") -> str:
     return f"""\
       - uses: {CHECKOUT.uses()}
         with:
@@ -81,7 +86,7 @@ def _setup_steps() -> str:
         with:
           python-version: "{PYTHON}"
       - name: install vllm-fork
-        run: python -m pip install .
+        run: {install}
 """
 
 
@@ -103,6 +108,7 @@ on:
       - bases.toml
       - "series/**"
       - "src/**"
+      - "tests/**"
 
 permissions:
   contents: read # check out the repository, nothing else
@@ -121,7 +127,7 @@ jobs:
       matrix:
         base: [{_quoted(bases)}]
     steps:
-{_setup_steps()}\
+{_setup_steps(INSTALL_DEV)}\
       - name: release-check
         env:
           BASE: ${{{{ matrix.base }}}}
@@ -264,6 +270,7 @@ workflow:
         - bases.toml
         - series/**/*
         - src/**/*
+        - tests/**/*
 
 stages:
   - check
@@ -273,7 +280,7 @@ stages:
 default:
   image: {GITLAB_IMAGE}
   before_script:
-    - python -m pip install .
+    - {INSTALL_DEV}
 
 variables:
   VLLM_FORK_CACHE_DIR: $CI_PROJECT_DIR/.cache/vllm-fork

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,8 +265,10 @@ def run_pytest(
     extra_args: Sequence[str] = (),
     timeout: float = 1800,
     quiet: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> PytestOutcome:
-    """Run pytest on ``files`` from the root of ``tree`` with ``python``."""
+    """Run pytest on ``files`` from the root of ``tree`` with ``python`` (in
+    ``env``, default this process's environment)."""
     with tempfile.TemporaryDirectory(prefix="vllm-fork-junit-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [
@@ -280,7 +282,7 @@ def run_pytest(
             *extra_args,
             *files,
         ]
-        env = dict(os.environ)
+        env = dict(os.environ if env is None else env)
         sim = [str(sim_dir())] if SIM_PLUGIN in extra_args else []
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), *sim, env.get("PYTHONPATH")]))
         try:
