@@ -10,6 +10,7 @@ import pytest
 
 from vllm_fork.cli.main import main
 from vllm_fork.errors import UnknownVersionError, WorkTreeError
+from vllm_fork.rebase import engine as rebase_mod
 from vllm_fork.rebase.engine import (
     RebaseConflict,
     abort_rebase,
@@ -384,6 +385,18 @@ class Crash(BaseException):
     """Stands for the process dying: nothing after it runs, no handler sees it."""
 
 
+def crash_after(monkeypatch: pytest.MonkeyPatch, name: str):
+    """Make the rebase engine's ``name`` run, then the process die; return the real one."""
+    real = getattr(rebase_mod, name)
+
+    def crashing(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Crash()
+
+    monkeypatch.setattr(rebase_mod, name, crashing)
+    return real
+
+
 def test_crash_during_picks_can_continue(
     fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,8 +405,6 @@ def test_crash_during_picks_can_continue(
     materialize(fork.config, V1, reference)
     start_rebase(fork.config, V1, V2, reference, force_series=True, log=quiet)
     expected = git(reference, "rev-parse", "HEAD")
-
-    import vllm_fork.rebase.engine as rebase_mod
 
     real_normalize = rebase_mod._normalize
     calls = {"n": 0}
@@ -422,7 +433,6 @@ def test_crash_mid_pick_leaves_work_tree_recoverable(
     fork: Fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fork.write_series(V1, CLEAN_SERIES)
-    import vllm_fork.rebase.engine as rebase_mod
 
     real_record = rebase_mod._record
 
@@ -455,15 +465,7 @@ def test_crash_during_import_then_abort(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     before = snapshot(tree)
-    import vllm_fork.rebase.engine as rebase_mod
-
-    real_stack = rebase_mod.stack_upstream
-
-    def crashing_stack(*args, **kwargs):
-        real_stack(*args, **kwargs)
-        raise Crash()
-
-    monkeypatch.setattr(rebase_mod, "stack_upstream", crashing_stack)
+    real_stack = crash_after(monkeypatch, "stack_upstream")
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
     monkeypatch.setattr(rebase_mod, "stack_upstream", real_stack)
@@ -482,15 +484,7 @@ def test_crash_while_finishing_then_abort(
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
     before = snapshot(tree)
-    import vllm_fork.rebase.engine as rebase_mod
-
-    real_export = rebase_mod.export
-
-    def crashing_export(*args, **kwargs):
-        real_export(*args, **kwargs)
-        raise Crash()
-
-    monkeypatch.setattr(rebase_mod, "export", crashing_export)
+    crash_after(monkeypatch, "export")
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
     assert fork.series_dir(V2).is_dir()
@@ -762,15 +756,7 @@ def test_rebase_of_a_stored_once_series(
     v1_before = store.read_base(root, V1)
     tree = tmp_path / "tree"
     materialize(fork.config, V1, tree)
-    import vllm_fork.rebase.engine as rebase_mod
-
-    real_export = rebase_mod.export
-
-    def crashing_export(*args, **kwargs):
-        real_export(*args, **kwargs)
-        raise Crash()
-
-    monkeypatch.setattr(rebase_mod, "export", crashing_export)
+    real_export = crash_after(monkeypatch, "export")
     with pytest.raises(Crash):
         start_rebase(fork.config, V1, V2, tree, log=quiet)
     assert _store_bytes(fork) != before
