@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from vllm_fork.aiterpin import ROCM_BASE_DOCKERFILE, aiter_pin, aiter_version
 from vllm_fork.errors import ConfigError
 from vllm_fork.sourcetree import SourceTree
 
@@ -76,6 +79,7 @@ _ISSUE_KEYS = {
     "mitigated",
 }
 _CLAUSE_KEYS = {"file", "files", "function", "match", "not_match", "why"}
+_AITER_CLAUSE_KEYS = {"aiter_below", "why"}
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,30 @@ class Clause:
 
 
 @dataclass(frozen=True)
+class AiterBelow:
+    """The AITER the tree's ROCm base image pins is a release older than ``below``
+    (``docker/Dockerfile.rocm_base``; a branch or commit pin is not a release)."""
+
+    below: str
+    why: str = ""
+
+    def check(self, tree: SourceTree) -> tuple[bool, str]:
+        pin = aiter_pin(tree)
+        if pin is None:
+            return False, f"no AITER pin in {ROCM_BASE_DOCKERFILE}"
+        version = aiter_version(pin)
+        if version is None:
+            return False, f"the AITER pin {pin} is not a release"
+        if version < Version(self.below):
+            return True, f"{ROCM_BASE_DOCKERFILE} pins AITER {pin}, older than {self.below}"
+        return False, f"{ROCM_BASE_DOCKERFILE} pins AITER {pin}, not older than {self.below}"
+
+
+@dataclass(frozen=True)
 class AllOf:
     """Clauses that must all hold (e.g. code in two files)."""
 
-    clauses: tuple[Clause, ...]
+    clauses: tuple[Clause | AiterBelow, ...]
 
     def check(self, tree: SourceTree) -> tuple[bool, str]:
         reasons = []
@@ -132,7 +156,7 @@ class AllOf:
 class Probe:
     """Clauses of which any one holding makes the probe hold."""
 
-    clauses: tuple[Clause | AllOf, ...]
+    clauses: tuple[Clause | AiterBelow | AllOf, ...]
 
     def check(self, tree: SourceTree) -> tuple[bool, str]:
         reasons = []
@@ -224,9 +248,26 @@ def _regexes(value: Any, where: str) -> tuple[re.Pattern[str], ...]:
     return tuple(out)
 
 
-def _clause(data: Any, where: str) -> Clause:
+def _clause(data: Any, where: str) -> Clause | AiterBelow:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a probe clause must be a table")
+    if "aiter_below" in data:
+        unknown = set(data) - _AITER_CLAUSE_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key(s) with aiter_below: {', '.join(sorted(unknown))}"
+            )
+        below = data["aiter_below"]
+        try:
+            Version(below if isinstance(below, str) else "")
+        except InvalidVersion:
+            raise ConfigError(
+                f'{where}.aiter_below: expected an AITER release, e.g. "0.1.19.post1"'
+            ) from None
+        why = data.get("why", "")
+        if not isinstance(why, str) or "\n" in why:
+            raise ConfigError(f"{where}.why: expected one line of text")
+        return AiterBelow(below, why)
     unknown = set(data) - _CLAUSE_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -250,7 +291,7 @@ def _clause(data: Any, where: str) -> Clause:
     )
 
 
-def _alternative(data: Any, where: str) -> Clause | AllOf:
+def _alternative(data: Any, where: str) -> Clause | AiterBelow | AllOf:
     """A clause, or ``{ all = [clause, ...] }``: clauses that must all hold."""
     if isinstance(data, dict) and "all" in data:
         if set(data) != {"all"} or not isinstance(data["all"], list) or not data["all"]:
@@ -259,7 +300,8 @@ def _alternative(data: Any, where: str) -> Clause | AllOf:
     return _clause(data, where)
 
 
-def _probe(data: Any, where: str) -> Probe:
+def parse_probe(data: Any, where: str) -> Probe:
+    """A probe: one clause, ``{ all = [...] }``, or a list of either (any holds)."""
     items = data if isinstance(data, list) else [data]
     if not items:
         raise ConfigError(f"{where}: a probe needs at least one clause")
@@ -302,7 +344,9 @@ def parse_issue(data: Any, where: str, changes: Iterable[str] | None = None) -> 
         raise ConfigError(f"{where}: the 'affected' probe is required")
     if "fixed" not in data and decision != "mitigate":
         raise ConfigError(f"{where}: the 'fixed' probe is required (unless decision = mitigate)")
-    mitigated = _probe(data["mitigated"], f"{where}.mitigated") if "mitigated" in data else None
+    mitigated = (
+        parse_probe(data["mitigated"], f"{where}.mitigated") if "mitigated" in data else None
+    )
     if decision == "mitigate" and mitigated is None:
         raise ConfigError(f"{where}: decision 'mitigate' needs a 'mitigated' probe")
     upstream_fix = data.get("upstream_fix")
@@ -319,8 +363,8 @@ def parse_issue(data: Any, where: str, changes: Iterable[str] | None = None) -> 
         impact=_text(data, "impact", where),
         decision=decision,
         reason=_text(data, "reason", where),
-        affected=_probe(data["affected"], f"{where}.affected"),
-        fixed=_probe(data["fixed"], f"{where}.fixed") if "fixed" in data else None,
+        affected=parse_probe(data["affected"], f"{where}.affected"),
+        fixed=parse_probe(data["fixed"], f"{where}.fixed") if "fixed" in data else None,
         mitigated=mitigated,
         upstream_fix=upstream_fix,
         fix_authors=tuple(authors),

@@ -12,13 +12,10 @@ typed by hand per release.
 from __future__ import annotations
 
 import ast
-import io
 import logging
-import shlex
 from typing import Protocol
 
-from dockerfile_parse import DockerfileParser
-
+from vllm_fork.aiterpin import ROCM_BASE_DOCKERFILE, aiter_pin, dockerfile_args
 from vllm_fork.config import Config
 from vllm_fork.facts.names import tag_for
 from vllm_fork.probes.pyast import parse
@@ -28,42 +25,13 @@ from vllm_fork.sourcetree import GitTree, SourceTree
 
 log = logging.getLogger(__name__)
 
-ROCM_BASE_DOCKERFILE = "docker/Dockerfile.rocm_base"
-AITER_ARG = "AITER_BRANCH"
+__all__ = ["ROCM_BASE_DOCKERFILE", "aiter_pin", "amdsmi_imports", "base_aiter", "dockerfile_args"]
 
 
 class ListableTree(SourceTree, Protocol):
     def list_files(self, prefix: str) -> list[str]: ...
 
     def files_containing(self, prefix: str, text: str) -> list[str]: ...
-
-
-def dockerfile_args(text: str) -> dict[str, str]:
-    """``ARG name=value`` defaults of a Dockerfile, first definition wins."""
-    # A file object keeps the parser from creating ./Dockerfile.
-    parser = DockerfileParser(fileobj=io.BytesIO(text.encode("utf-8")), env_replace=False)
-    found: dict[str, str] = {}
-    for instr in parser.structure:
-        if instr["instruction"] != "ARG":
-            continue
-        try:
-            words = shlex.split(instr["value"], comments=True)
-        except ValueError:
-            continue
-        for word in words:
-            name, sep, value = word.partition("=")
-            if sep and name not in found:
-                found[name] = value
-    return found
-
-
-def aiter_pin(tree: SourceTree) -> str | None:
-    """The AITER tag (or branch) the tree's ROCm base image checks out; None
-    when the tree has no ROCm base Dockerfile or it names no AITER_BRANCH."""
-    text = tree.read_text(ROCM_BASE_DOCKERFILE)
-    if text is None:
-        return None
-    return dockerfile_args(text).get(AITER_ARG) or None
 
 
 def amdsmi_imports_in(source: str) -> set[str]:
