@@ -102,6 +102,7 @@ class PatchSpec:
     change: str
     part: str
     edits: dict[str, dict[int, str]]  # path -> {line number (1-based): new line}
+    trailers: str = ""  # more trailer lines (e.g. "Fork-Fixes: ID\n")
 
 
 def message(spec: PatchSpec) -> str:
@@ -113,7 +114,7 @@ def message(spec: PatchSpec) -> str:
     return (
         f"{spec.subject}\n\nWhat the patch does, for the tests.\n\n"
         f"Fork-Change: {spec.change}\nFork-Part: {spec.part}\nOrigin: {origin}\n"
-        "Forwarded: no\n"
+        f"Forwarded: no\n{spec.trailers}"
     )
 
 

@@ -122,13 +122,17 @@ def test_a_hardening_patch_is_upstream_only_once_its_bugs_are_fixed_upstream() -
     )
     versions = ["0.26.0", "0.27.0", "0.33.0"]
 
-    def cell(version: str, fixed: dict[str, str]) -> drift.Cell:
-        return drift._absent_reason(version, [copy], {"Fix"}, {}, versions, fixed)
+    # what upstream's tree of each release fixes, by the register's probes
+    def cell(version: str, fixed_in: dict[str, frozenset[str]]) -> drift.Cell:
+        return drift._absent_reason(
+            version, [copy], {"Fix"}, {}, versions, lambda v: fixed_in.get(v, frozenset())
+        )
 
     assert cell("0.33.0", {}).state == drift.NOT_CARRIED
-    assert cell("0.27.0", {"bug-1": "0.33.0"}).state == drift.NOT_CARRIED
-    fixed = cell("0.33.0", {"bug-1": "0.33.0"})
-    assert fixed.state == drift.UPSTREAM and "bug-1: fixed upstream in 0.33.0" in fixed.detail
+    assert cell("0.27.0", {"0.33.0": frozenset({"bug-1"})}).state == drift.NOT_CARRIED
+    fixed = cell("0.33.0", {"0.33.0": frozenset({"bug-1"})})
+    assert fixed.state == drift.UPSTREAM
+    assert "bug-1: fixed upstream (known-issue probes of upstream 0.33.0)" in fixed.detail
 
 
 def test_a_fix_the_base_does_not_need_is_not_affected() -> None:
@@ -142,7 +146,7 @@ def test_a_fix_the_base_does_not_need_is_not_affected() -> None:
     versions = ["0.24.0", "0.25.0"]
 
     def cell(clean: frozenset[str]) -> drift.Cell:
-        return drift._absent_reason("0.25.0", [copy], {"Gate"}, {}, versions, {}, lambda v: clean)
+        return drift._absent_reason("0.25.0", [copy], {"Gate"}, {}, versions, None, lambda v: clean)
 
     unaffected = cell(frozenset({"bug-1"}))
     assert unaffected.state == drift.UNAFFECTED and "bug-1: not affected" in unaffected.detail

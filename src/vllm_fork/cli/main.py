@@ -31,6 +31,7 @@ from vllm_fork import __version__, log
 from vllm_fork.cli import build as cli_build
 from vllm_fork.cli import deploy as cli_deploy
 from vllm_fork.cli.backport import backport_args, backport_run
+from vllm_fork.cli.known_issues import known_issues_args, known_issues_run
 from vllm_fork.cli.rebase import matrix_args, matrix_run, rebase_args, rebase_run
 from vllm_fork.cli.release import (
     ci_workflows_args,
@@ -42,6 +43,7 @@ from vllm_fork.cli.release import (
     update_args,
     update_run,
 )
+from vllm_fork.cli.watch import watch_args, watch_run
 from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import ExitCode, ForkError, UsageError
 from vllm_fork.sources.workspace import Workspace, load_config
@@ -441,6 +443,17 @@ COMMANDS: dict[str, Command] = {
         _change_run,
     ),
     "status": Command("per change: upstream, carried, n/a or missing", _status_args, _status_run),
+    "known-issues": Command(
+        "each known-issue entry's state on every base, from the cache (and its upstream_fix "
+        "checked against the probes)",
+        known_issues_args,
+        known_issues_run,
+    ),
+    "watch": Command(
+        "upstream vLLM's and AITER's changes to the fork's code after each base, to triage",
+        watch_args,
+        watch_run,
+    ),
     "test": Command(
         "run the series' tests in a work tree (and prove they fail without their patch)",
         _test_args,

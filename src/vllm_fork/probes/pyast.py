@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 from collections.abc import Iterator
 
 FuncDef = ast.FunctionDef | ast.AsyncFunctionDef
@@ -254,3 +255,113 @@ def self_attr(node: ast.AST) -> str | None:
     ):
         return node.attr
     return None
+
+
+# --- code units: what the upstream watch compares between releases ----------------
+
+# The unit of a non-Python file (or of lines outside every function): the whole file.
+WHOLE_FILE = "*"
+
+
+def unit_spans(text: str) -> list[tuple[str, int, int]]:
+    """(qualified name, first line, last line) of the units of ``text``, innermost
+    first: every outermost function (top-level functions and the methods of
+    (nested) classes, named ``Class.method``; a function inside a function
+    belongs to its outer one), then every class (``Class``: its own statements,
+    such as fields, without its methods). Decorators count as lines of their
+    function or class. Lines outside all of them belong to :data:`MODULE`.
+    Empty when ``text`` is not valid Python."""
+    module = parse(text)
+    if module is None:
+        return []
+    functions_out: list[tuple[str, int, int]] = []
+    classes_out: list[tuple[str, int, int]] = []
+
+    def first_line(node: ast.stmt) -> int:
+        decorators = getattr(node, "decorator_list", [])
+        return min([node.lineno, *(d.lineno for d in decorators)])
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                name = f"{prefix}{node.name}"
+                classes_out.append((name, first_line(node), node.end_lineno or node.lineno))
+                walk(node.body, f"{name}.")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                end = node.end_lineno or node.lineno
+                functions_out.append((f"{prefix}{node.name}", first_line(node), end))
+            elif isinstance(node, ast.If | ast.Try):
+                # functions defined under a module-level ``if``/``try`` (version guards)
+                for block in (node.body, node.orelse, getattr(node, "finalbody", [])):
+                    walk(block, prefix)
+
+    walk(module.body, "")
+    # innermost classes first: a nested class's lines belong to it
+    classes_out.sort(key=lambda span: span[2] - span[1])
+    return functions_out + classes_out
+
+
+# The unit of the lines of a Python file outside every function and class
+# (imports, constants).
+MODULE = "<module>"
+
+
+def unit_at(spans: list[tuple[str, int, int]], line: int) -> str:
+    """The unit of :func:`unit_spans` that holds ``line`` (:data:`MODULE` when none)."""
+    for name, first, last in spans:
+        if first <= line <= last:
+            return name
+    return MODULE
+
+
+class _Hollow(ast.NodeTransformer):
+    """Leaves out what belongs to other units: functions, and nested classes."""
+
+    def __init__(self, keep: ast.AST) -> None:
+        self.keep = keep
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST | None:
+        return node if node is self.keep else None
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST | None:
+        return node if node is self.keep else None
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST | None:
+        if node is not self.keep and not isinstance(self.keep, ast.Module):
+            return None
+        self.generic_visit(node)
+        if not node.body:
+            node.body = [ast.Pass()]
+        return node
+
+
+def unit_digests(text: str) -> dict[str, str]:
+    """Each unit of ``text`` (and :data:`MODULE`) -> its code with comments and
+    layout left out (an ``ast`` dump; a class without its methods, the module
+    without its functions and classes), so that only a change of code counts.
+    Units that share a name (overloads, version branches) are joined in order."""
+    module = parse(text)
+    if module is None:
+        return {}
+    lines = text.splitlines()
+    out: dict[str, list[str]] = {}
+    for name, first, last in unit_spans(text):
+        source = textwrap.dedent("\n".join(lines[first - 1 : last]))
+        try:
+            node = ast.parse(source)
+        except SyntaxError:
+            out.setdefault(name, []).append(source)
+            continue
+        body = node.body[0] if node.body else node
+        if isinstance(body, ast.ClassDef):
+            body = _Hollow(body).visit(body)
+            body = ast.Module(body=[body], type_ignores=[])
+        out.setdefault(name, []).append(ast.dump(body, include_attributes=False))
+    top = ast.parse(text)
+    top.body = [
+        stmt
+        for stmt in top.body
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+    out[MODULE] = [ast.dump(top, include_attributes=False)]
+    return {name: "\n".join(parts) for name, parts in out.items()}

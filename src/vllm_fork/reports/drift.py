@@ -33,6 +33,7 @@ from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import FIXES_TRAILER, NOT_AFFECTED
 from vllm_fork.facts.state import PART_CHANGE, PART_FIX, PART_HARDENING
+from vllm_fork.reports.register import cached_versions, check_upstream_fix, pristine_fixed
 from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
 from vllm_fork.series.patches import Series, TrailerFields
@@ -225,7 +226,7 @@ def _absent_reason(
     stems: set[str],
     histories: Mapping[str, dict[str, tuple[str, str]]],
     versions: list[str],
-    upstream_fixes: Mapping[str, str],
+    fixed_upstream: Callable[[str], Collection[str]] | None,
     unaffected: Callable[[str], Collection[str]] | None = None,
 ) -> Cell:
     v = Version(version)
@@ -261,11 +262,13 @@ def _absent_reason(
             return Cell(RETIRED, f"{change_id}: no hardening item applies to {version}")
     fixes = sorted({f for c in copies for f in c.fixes})
     if part in (PART_HARDENING, PART_FIX):
-        # the fork's own fix of a known bug: upstream has it once upstream fixed the bug
-        at = [upstream_fixes.get(f) for f in fixes]
-        if fixes and all(a and _is_version(a) and Version(a) <= v for a in at):
-            done = ", ".join(f"{f}: fixed upstream in {a}" for f, a in zip(fixes, at, strict=True))
-            return Cell(UPSTREAM, f"{done} (known-issues.toml)")
+        # the fork's own fix of a known bug: upstream has it once upstream's tree
+        # has every fix it carries (the register's ``fixed`` probes on the release)
+        if fixes and fixed_upstream is not None:
+            done = fixed_upstream(version)
+            if all(f in done for f in fixes):
+                what = ", ".join(f"{f}: fixed upstream" for f in fixes)
+                return Cell(UPSTREAM, f"{what} (known-issue probes of upstream {version})")
         # nothing to fix: the release does not have the bugs (the known-issue probes)
         if fixes and unaffected is not None:
             clean = unaffected(version)
@@ -288,15 +291,14 @@ def _is_version(text: str) -> bool:
 
 def drift_table(
     series_by_base: Mapping[str, Series],
-    upstream_fixes: Mapping[str, str] | None = None,
+    fixed_upstream: Callable[[str], Collection[str]] | None = None,
     unaffected: Callable[[str], Collection[str]] | None = None,
 ) -> DriftTable:
     """The drift table of the given bases' series (any order; sorted oldest first).
-    ``upstream_fixes``: known-issue id -> the upstream release that fixed it (a
+    ``fixed_upstream``: base -> the known issues upstream's tree of it fixes (a
     hardening or fix patch is upstream's only once every bug it fixes is).
     ``unaffected``: base -> the known issues it does not have (asked only for a
     hardening or fix patch the base lacks)."""
-    upstream_fixes = upstream_fixes or {}
     versions = sorted(series_by_base, key=Version)
     copies: dict[str, list[_Copy]] = {}
     order: dict[str, tuple[int, int]] = {}
@@ -329,7 +331,7 @@ def drift_table(
             copy = by_version.get(version)
             if copy is None:
                 row.cells[version] = _absent_reason(
-                    version, found, stems[ident], histories, versions, upstream_fixes, unaffected
+                    version, found, stems[ident], histories, versions, fixed_upstream, unaffected
                 )
             elif copy is newest:
                 row.cells[version] = Cell(NEWEST, "", copy.file)
@@ -348,7 +350,14 @@ def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTa
     """The drift table of every pinned base with a series (or of ``versions``)."""
     wanted = list(versions) if versions else store.versions(config.series_root)
     pinned = set(config.pins.versions())
-    fixed = {i.id: i.upstream_fix for i in config.known_issues if i.upstream_fix}
+    cached = set(cached_versions(config))
+    check_upstream_fix(config, sorted(cached, key=Version))
+
+    def fixed_upstream(version: str) -> frozenset[str]:
+        if version not in cached:
+            log.warning("%s: not in the cache; a fix upstream has is shown as '-'", version)
+            return frozenset()
+        return pristine_fixed(config, version)
 
     @functools.cache
     def unaffected(version: str) -> frozenset[str]:
@@ -360,7 +369,7 @@ def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTa
         return frozenset(s.issue for s in states if s.state == NOT_AFFECTED)
 
     series = {v: config.series(v) for v in wanted if v in pinned}
-    return drift_table(series, fixed, unaffected)
+    return drift_table(series, fixed_upstream, unaffected)
 
 
 def format_drift(table: DriftTable) -> str:
