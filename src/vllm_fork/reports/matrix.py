@@ -28,6 +28,7 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import probes
+from vllm_fork.aiterpin import aiter_pin
 from vllm_fork.config import Config
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.facts import registry, state
@@ -89,6 +90,7 @@ class ReleaseRow:
     error: str | None = None
     cached: bool = False
     series_base: str = ""  # whose series was applied ("" for none: the release has none)
+    aiter: str | None = None  # the AITER tag the release's ROCm image pins
 
     @property
     def series_applies(self) -> bool | None:
@@ -111,6 +113,7 @@ class ReleaseRow:
             patches=[PatchResult(**p) for p in data["patches"]],
             error=data.get("error"),
             series_base=data.get("series_base", ""),
+            aiter=data.get("aiter"),
         )
 
 
@@ -273,8 +276,9 @@ def compute_row(
     absorbed or applied (``commits``: its patches on their own base; default: the
     release is the series' own base)."""
     tag = tag_for(version)
-    findings = probe_all(GitTree(work.repo, tag))
-    row = ReleaseRow(version, sdist_sha256)
+    pristine = GitTree(work.repo, tag)
+    findings = probe_all(pristine)
+    row = ReleaseRow(version, sdist_sha256, aiter=aiter_pin(pristine))
     if commits is None:
         commits = _own_commits(work, series, tag)
     onto = tree_of(work.repo, tag)

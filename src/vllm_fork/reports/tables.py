@@ -36,6 +36,7 @@ from vllm_fork.facts.state import (
     UPSTREAM,
     decide,
 )
+from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL, load_series
@@ -205,6 +206,11 @@ def _current_cells(root: Path) -> dict[tuple[str, str], str]:
     return cells
 
 
+# The first row of the known-issue table: the AITER each base's ROCm image pins,
+# which the AITER entries' states depend on.
+AITER_ROW = "AITER pinned (docker/Dockerfile.rocm_base)"
+
+
 def known_issues_table(root: Path) -> str:
     """The register (one row per entry) and each entry's state on every base with
     its series, probed from the cached upstream sources; a release not in the
@@ -223,14 +229,18 @@ def known_issues_table(root: Path) -> str:
     versions = list(pins.versions())
     current = _current_cells(root)
     cells: dict[str, dict[str, str]] = {i.id: {} for i in issues}
+    aiter: dict[str, str] = {}
     for version in versions:
         base = pins.get(version)
         states = None
         if FETCH_MISSING or imported_sha256(config.upstream_repo, version) == base.sdist.sha256:
             try:
                 states = {s.issue: s.state for s in base_issue_states(config, version)}
+                aiter[version] = base_aiter(config, version) or "-"
             except ForkError as exc:
                 log.warning("known issues of %s not probed: %s", version, exc)
+        if version not in aiter:
+            aiter[version] = current.get((AITER_ROW, version), "?")
         for issue in issues:
             if states is not None:
                 cells[issue.id][version] = _SHORT[states[issue.id]]
@@ -239,7 +249,10 @@ def known_issues_table(root: Path) -> str:
     out.append(
         _table(
             ["known issue", *versions],
-            [[f"`{i.id}`", *(cells[i.id][v] for v in versions)] for i in issues],
+            [
+                [AITER_ROW, *(aiter[v] for v in versions)],
+                *([f"`{i.id}`", *(cells[i.id][v] for v in versions)] for i in issues),
+            ],
         )
     )
     return "\n".join(out)
