@@ -211,13 +211,21 @@ if [[ "$cmd" == update ]]; then
     [[ "${FAKE_ONTO:-null}" == null ]] || { mkdir -p series/9.9.9; echo x > series/9.9.9/series; }
     exit 0
 fi
+if [[ "$cmd" == watch ]]; then
+    echo '{}' > "$json"
+    echo "untriaged candidates:"
+    echo "  aiter/0123456789ab"
+    exit "${FAKE_WATCH:-0}"
+fi
 printf '# Release check\\n\\n| base | result |\\n| 9.9.9 | failed |\\n' > "$md"
 echo '{}' > "$json"
 exit 1
 """
 
 
-def bot(tmp_path: Path, onto: str | None) -> tuple[subprocess.CompletedProcess[str], Path]:
+def bot(
+    tmp_path: Path, onto: str | None, watch: int = 0
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     repo = tmp_path / "repo"
     (repo / "series").mkdir(parents=True)
     (repo / "bases.toml").write_text("# pins\n")
@@ -232,6 +240,7 @@ def bot(tmp_path: Path, onto: str | None) -> tuple[subprocess.CompletedProcess[s
         VLLM_FORK_ROOT=str(repo),
         GITHUB_OUTPUT=str(tmp_path / "github-output"),
         FAKE_ONTO=json.dumps(onto),
+        FAKE_WATCH=str(watch),
     )
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts/ci/update-bot.sh"), str(out)],
@@ -252,6 +261,22 @@ def test_the_bot_writes_the_pull_request_body_and_its_files(tmp_path: Path) -> N
     assert (out / "changes" / "series" / "9.9.9" / "series").is_file()
     assert (out / "changes" / "bases.toml").is_file()
     assert (tmp_path / "github-output").read_text() == "release=9.9.9\n"
+
+
+def test_the_bot_puts_the_watch_candidates_in_the_body(tmp_path: Path) -> None:
+    proc, out = bot(tmp_path, "9.9.9", watch=1)
+    assert proc.returncode == 0, proc.stderr
+    body = (out / "report" / "body.md").read_text()
+    assert "## Upstream watch" in body and "aiter/0123456789ab" in body
+    assert (out / "report" / "watch.json").is_file()
+
+
+def test_the_bot_fails_the_daily_run_on_untriaged_candidates(tmp_path: Path) -> None:
+    proc, out = bot(tmp_path, None, watch=1)
+    assert proc.returncode == 1 and "aiter/0123456789ab" in proc.stdout
+    assert not (out / "release").exists()
+    proc, out = bot(tmp_path / "again", None, watch=3)
+    assert proc.returncode == 3  # the tool could not run: its own exit code
 
 
 def test_the_bot_does_nothing_without_a_new_release(tmp_path: Path) -> None:

@@ -42,10 +42,12 @@ from vllm_fork.deploy import release_files
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
 from vllm_fork.facts.names import tag_for
+from vllm_fork.facts.triage import TRIAGE_FILE
 from vllm_fork.hashing import sha256_bytes, sha256_file
 from vllm_fork.probes import DirTree, GitTree
 from vllm_fork.probes.issues import known_issue_states
 from vllm_fork.release import treevenv
+from vllm_fork.reports.watch import untriaged_for_base
 from vllm_fork.series import store
 from vllm_fork.series.patches import series_digest
 from vllm_fork.sources.pins import Pins, load_pins
@@ -127,6 +129,7 @@ def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) ->
         "torch": torch,
         "build": wheel,
         "known_issues": _file_digest(config.root / KNOWN_ISSUES_FILE),
+        "triage": _file_digest(config.root / TRIAGE_FILE),
     }
 
 
@@ -313,10 +316,20 @@ def step_known_issues(ctx: Context) -> dict[str, Any]:
         DirTree(tree),
         fixes,
     )
-    data = {"known_issues": {s.issue: s.to_json() for s in states}}
+    data: dict[str, Any] = {"known_issues": {s.issue: s.to_json() for s in states}}
+    # upstream's changes to this base's watched code that nobody has triaged yet
+    untriaged = [c.id for c in untriaged_for_base(ctx.config, ctx.version)]  # type: ignore[arg-type]
+    data["untriaged"] = untriaged
     bad = [s.issue for s in affected(states)]
     if bad:
         raise StepFailed(f"{AFFECTED} by known issue(s): {', '.join(bad)}", data)
+    if untriaged:
+        raise StepFailed(
+            f"{len(untriaged)} upstream change(s) to the fork's code not triaged "
+            f"(vllm-fork watch; {TRIAGE_FILE}): {', '.join(untriaged[:3])}"
+            + (" ..." if len(untriaged) > 3 else ""),
+            data,
+        )
     return data
 
 
