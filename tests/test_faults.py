@@ -466,6 +466,15 @@ def _hostile(directory: Path, kind: str) -> Path:
         return make_tar(path, [*base, file_member(f"{top}/../evil.py", b"x")])
     if kind == "absolute member":
         return make_tar(path, [*base, file_member("/tmp/evil.py", b"x")])
+    if kind == "member name too long":
+        return make_tar(path, [*base, file_member(f"{top}/{'n' * 300}.py", b"x")])
+    if kind == "member path too deep":
+        deep = "/".join(["d" * 200] * 25)
+        return make_tar(path, [*base, file_member(f"{top}/{deep}/f.py", b"x")])
+    if kind == "member under a file":
+        return make_tar(
+            path, [*base, file_member(f"{top}/pkg", b"x"), file_member(f"{top}/pkg/m.py", b"x")]
+        )
     extra = tarfile.TarInfo(f"{top}/link")
     extra.type = tarfile.SYMTYPE if kind == "symlink member" else tarfile.CHRTYPE
     extra.linkname = "/etc/passwd"
@@ -480,6 +489,9 @@ HOSTILE = rows(
     "absolute member",
     "symlink member",
     "device member",
+    "member name too long",
+    "member path too deep",
+    "member under a file",
 )
 
 

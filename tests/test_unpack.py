@@ -85,3 +85,76 @@ def test_not_a_tarball(tmp_path: Path) -> None:
     with pytest.raises(UnsafeArchiveError, match="cannot extract bogus.tar.gz"):
         safe_extract(bogus, tmp_path / "out", TOP)
     assert not (tmp_path / "out").exists()
+
+
+# --- the archive's names or the disk: which one is at fault --------------------------
+
+NAME_FAULTS = {
+    # a component longer than NAME_MAX (255 on Linux file systems)
+    "name too long": [file_member(f"{TOP}/{'n' * 300}.py", b"x\n")],
+    # a path longer than PATH_MAX (4096) in components that are each fine
+    "path too deep": [file_member(f"{TOP}/" + "/".join(["d" * 200] * 25) + "/f.py", b"x\n")],
+    # a member under a path that an earlier member made a regular file
+    "file over directory": [
+        file_member(f"{TOP}/pkg", b"a file\n"),
+        file_member(f"{TOP}/pkg/mod.py", b"x\n"),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(NAME_FAULTS))
+def test_unmakeable_member_names_blame_the_archive(tmp_path: Path, case: str) -> None:
+    archive = make_tar(tmp_path / "names.tar.gz", [*good_members(), *NAME_FAULTS[case]])
+    with pytest.raises(UnsafeArchiveError, match="cannot be created") as info:
+        safe_extract(archive, tmp_path / "out", TOP)
+    message = str(info.value)
+    assert "names.tar.gz" in message and "the archive's names are at fault" in message
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["names.tar.gz"]  # no staging left
+
+
+_ON_SMALL_FS = """
+import sys
+from pathlib import Path
+from vllm_fork.errors import FileSystemFault
+from vllm_fork.sources.unpack import safe_extract
+try:
+    safe_extract(Path(sys.argv[1]), Path(sys.argv[2]) / "out", sys.argv[3])
+except FileSystemFault as exc:
+    print("FS", exc)
+    sys.exit(4)
+except Exception as exc:
+    print("OTHER", type(exc).__name__, exc)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("mount", ["size=64k", "ro"])
+def test_a_full_or_read_only_disk_is_a_file_system_fault(tmp_path: Path, mount: str) -> None:
+    """A real tmpfs, too small or read-only, in a mount namespace of its own."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed")
+    members = [*good_members(), file_member(f"{TOP}/big.bin", os.urandom(256 * 1024))]
+    archive = make_tar(tmp_path / "big.tar.gz", members)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=64k tmpfs {disk} || exit 99; "
+        + (f"mount -o remount,ro {disk} || exit 99; " if mount == "ro" else "")
+        + f'exec "{sys.executable}" -c "$0" "$@"'
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, _ON_SMALL_FS, str(archive), str(disk), TOP],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode == 99 or "Operation not permitted" in proc.stderr:
+        pytest.skip(f"no tmpfs mount here: {proc.stderr.strip()}")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    text = "No space left on device" if mount.startswith("size") else "Read-only file system"
+    assert text in proc.stdout and "damaged" not in proc.stdout

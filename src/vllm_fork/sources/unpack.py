@@ -10,6 +10,7 @@ place only when every member was extracted.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tarfile
@@ -88,12 +89,32 @@ def _make_filter(top: str):  # type: ignore[no-untyped-def]
     return _filter
 
 
+# What a member's name or its place in the archive makes impossible on any disk:
+# the archive is at fault (exit 1, naming the member), not the file system.
+ARCHIVE_NAME_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EILSEQ, errno.ELOOP}
+)
+
+
+def _member_name(path: str | None, staging: Path) -> str:
+    """The archive member a failed path under ``staging`` stands for."""
+    if not path:
+        return "?"
+    try:
+        return str(Path(os.fsdecode(path)).relative_to(staging))
+    except ValueError:
+        return os.fsdecode(path)
+
+
 def safe_extract(archive: Path, dest: Path, top: str) -> None:
     """Extract ``archive``'s ``top/`` directory into ``dest`` (which must not exist)."""
     if dest.exists():
         raise UnsafeArchiveError(f"extraction target {dest} already exists")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    except OSError as exc:
+        raise fs_fault(exc, dest.parent, f"extracting {archive.name}") from exc
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -111,6 +132,14 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
         raise UnsafeArchiveError(f"{archive.name}: {exc}") from exc
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if not is_fs_fault(exc) and exc.errno in ARCHIVE_NAME_ERRNOS:
+            # a name too long, a path too deep, a file where a directory is: the
+            # archive's names, whatever the disk
+            member = _member_name(exc.filename, staging)
+            raise UnsafeArchiveError(
+                f"{archive.name}: member {member!r} cannot be created: "
+                f"{exc.strerror or exc} (the archive's names are at fault, not the disk)"
+            ) from exc
         if is_fs_fault(exc) or exc.errno is not None:
             # a full or read-only file system, or a path the tool cannot write: not the
             # archive's fault (a damaged gzip stream raises an OSError without an errno)
