@@ -302,3 +302,31 @@ def test_export_refuses_an_author_the_series_check_would_reject(
     assert "must be authored by 'vLLM ROCm fork maintainers <" in err
     assert "'Gate it' by 'Someone <someone@example.com>'" in err
     assert not fork_repo.series_dir().exists() or not any(fork_repo.series_dir().glob("*.patch"))
+
+
+def test_a_plain_git_commit_works_in_a_tree_on_a_machine_without_identity(
+    fork_repo: ForkRepo, tmp_path: Path
+) -> None:
+    """materialize gives its tree the fork's identity (repository-local), so a
+    plain `git commit` works with an empty HOME and no system config, and export
+    takes the commit as the fork's."""
+    import os
+
+    tree = tmp_path / "tree"
+    materialize(fork_repo.config, None, tree)
+    home = tmp_path / "home"
+    home.mkdir()
+    bare = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GIT_AUTHOR", "GIT_COMMITTER"))
+    }
+    env = {**bare, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "XDG_CONFIG_HOME": str(home)}
+    layer = tree / "vllm/layer.py"
+    layer.write_text(layer.read_text().replace("return x + 3\n", "return x + 33\n"))
+    message = "[ROCm] Change f3\n\nMake f3 add more.\n\n" + trailer_block()
+    for args in (["add", "-A"], ["commit", "-q", "-m", message]):
+        proc = subprocess.run(["git", *args], cwd=tree, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    author = git(tree, "log", "-1", "--format=%an <%ae>").strip()
+    assert author == "vLLM ROCm fork maintainers <rocm-fork-maintainers@users.noreply.github.com>"
+    export(fork_repo.config, tree)
+    assert [h.subject for h in load_series(fork_repo.series_dir()).headers] == ["[ROCm] Change f3"]

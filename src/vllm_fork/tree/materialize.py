@@ -27,7 +27,7 @@ from vllm_fork.errors import (
     fs_fault,
     is_fs_fault,
 )
-from vllm_fork.facts.names import commit_identity, tag_for
+from vllm_fork.facts.names import FORK, commit_identity, tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
 from vllm_fork.sources.upstream import ensure_upstream
@@ -239,6 +239,11 @@ def _build(
         run_git(["remote", "remove", "origin"], cwd=tree)
         run_git(["config", BASE_KEY, version], cwd=tree)
         run_git(["config", REPO_KEY, str(config.root)], cwd=tree)
+        # The fork's identity, local to the tree: a plain `git commit` (or the
+        # `cherry-pick --continue` a backport conflict asks for) works on a machine
+        # with none, and makes the author export requires of every patch.
+        run_git(["config", "user.name", FORK[0]], cwd=tree)
+        run_git(["config", "user.email", FORK[1]], cwd=tree)
         run_git(["checkout", "-q", "-b", BRANCH, tag_for(version)], cwd=tree)
         faults.point("materialize.checkout")
         try:
