@@ -105,10 +105,7 @@ on:
   push:
     branches: [main]
     paths:
-      - bases.toml
-      - "series/**"
-      - "src/**"
-      - "tests/**"
+{_github_paths()}
 
 permissions:
   contents: read # check out the repository, nothing else
@@ -267,10 +264,7 @@ workflow:
     - if: $CI_PIPELINE_SOURCE == "web"
     - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH && $CI_PIPELINE_SOURCE == "push"
       changes:
-        - bases.toml
-        - series/**/*
-        - src/**/*
-        - tests/**/*
+{_gitlab_paths()}
 
 stages:
   - check
@@ -338,6 +332,31 @@ update-bot:
     paths:
       - bot/report/
 """
+
+
+# What a push to main must change to start the release check: every input of a
+# base's result (pins, series, the register and the triage, the local changes, the
+# tool, its tests, the simulation, the scripts and Dockerfiles the build uses).
+TRIGGER_FILES = (
+    "bases.toml",
+    "known-issues.toml",
+    "upstream-triage.toml",
+    "local-changes.toml",
+    "pyproject.toml",
+)
+TRIGGER_DIRS = ("series", "src", "tests", "sim", "scripts", "docker")
+
+
+def _github_paths() -> str:
+    lines = [f"      - {f}" for f in TRIGGER_FILES] + [f'      - "{d}/**"' for d in TRIGGER_DIRS]
+    return "\n".join(lines)
+
+
+def _gitlab_paths() -> str:
+    lines = [f"        - {f}" for f in TRIGGER_FILES] + [
+        f"        - {d}/**/*" for d in TRIGGER_DIRS
+    ]
+    return "\n".join(lines)
 
 
 def generate(config: Config) -> dict[Path, str]:
