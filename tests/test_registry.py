@@ -69,16 +69,28 @@ def test_registry_names_every_file_and_test_a_patch_touches(version: str) -> Non
             assert all(p.startswith(prefixes) for p in paths), (patch.name, paths)
             continue
         change = registry.get(header.change)
+        # a patch's test modules need no registry line: the docs' table of fork tests
+        # reads them from the series (a backported fix brings its tests as data)
         tests = {p for p in paths if is_test_module(p)}
-        assert tests <= set(change.tests), (patch.name, tests - set(change.tests))
+        assert tests <= _documented_tests(change.id), (patch.name, tests)
         code = {p for p in paths if not p.startswith("tests/")}
         assert code <= set(change.files_at(version)), (patch.name, code)
+
+
+def _documented_tests(change_id: str) -> set[str]:
+    """The fork tests docs/changes.md lists for a change (its lifecycle table row)."""
+    text = (ROOT / "docs" / "changes.md").read_text()
+    block = text[text.index("tables --write (lifecycle) -->") :]
+    row = next(line for line in block.splitlines() if line.startswith(f"| `{change_id}` |"))
+    return set(re.findall(r"`(tests/[^`]+)`", row))
 
 
 def test_registry_entries_are_complete() -> None:
     ids = registry.change_ids()
     assert len(set(ids)) == len(ids)
-    for change in registry.changes():
+    # the built-in changes; a maintainer's own change (local-changes.toml) is data and
+    # may have no files or tests yet (it then shows as NOT PROVEN in prove-fail)
+    for change in registry.CHANGES:
         assert callable(probe_fn(change)), change.id
         assert change.files and change.tests, change.id
         for line in (change.title, change.why, change.retire_when):

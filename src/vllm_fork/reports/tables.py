@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_fork.config import find_root
+from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ExitCode, ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import ref_url
@@ -43,6 +44,7 @@ from vllm_fork.series.patches import BUILD_FULL, load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sources.workspace import load_config
+from vllm_fork.testing.forktests import is_test_module
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +163,28 @@ def hardening_table(_root: Path | None = None) -> str:
     return _table(["change", "hardening item", "what it adds", "bases"], rows)
 
 
-def lifecycle_table(_root: Path | None = None) -> str:
+def series_tests(root: Path) -> dict[str, set[str]]:
+    """Change id -> the test modules its patches add or change, over every series:
+    a backported fix brings its tests as data, with no registry edit."""
+    out: dict[str, set[str]] = {}
+    for version in store.versions(root / "series"):
+        series = load_series(root / "series" / version)
+        for patch, header in zip(series.patches, series.headers, strict=True):
+            text = patch.read_text(encoding="utf-8", errors="replace")
+            found = {p for p in touched_paths(text, patch.name) if is_test_module(p)}
+            out.setdefault(header.change, set()).update(found)
+    return out
+
+
+def lifecycle_table(root: Path | None = None) -> str:
+    found = series_tests(root) if root is not None else {}
     rows = [
-        [f"`{c.id}`", c.why, c.retire_when, ", ".join(f"`{t}`" for t in c.tests)]
+        [
+            f"`{c.id}`",
+            c.why,
+            c.retire_when,
+            ", ".join(f"`{t}`" for t in sorted(set(c.tests) | found.get(c.id, set()))),
+        ]
         for c in registry.changes()
     ]
     return _table(["change", "why the fork carries it", "retire", "fork tests"], rows)
