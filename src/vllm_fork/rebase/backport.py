@@ -159,7 +159,8 @@ def not_applicable(config: Workspace, version: str, commit: SeriesCommit, tree: 
     """Why the commit is not for the base materialized in ``tree`` (None: it is).
 
     The probes decide: a known issue the commit fixes (``Fork-Fixes``) whose
-    ``affected`` probe does not hold (the code is absent) or whose ``fixed``
+    ``affected`` probe does not hold (the code is absent, or the AITER pin has the
+    fix) or whose ``fixed``
     probe already holds; the change registry's first release with the code
     the change modifies; else none of the files the commit changes exists."""
     source = DirTree(tree)
@@ -168,7 +169,7 @@ def not_applicable(config: Workspace, version: str, commit: SeriesCommit, tree: 
     for issue in fixes:
         affected, why = issue.affected.check(source)
         if not affected:
-            return f"{issue.id}: the code is absent ({why})"
+            return f"{issue.id}: not affected ({why})"
         if issue.fixed is not None:
             fixed, fix_why = issue.fixed.check(source)
             if fixed:
