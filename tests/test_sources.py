@@ -70,14 +70,23 @@ def test_offline_with_empty_cache(fork_repo: ForkRepo, local_index: LocalIndex) 
     assert local_index.requests == []
 
 
-def test_second_fetch_served_from_cache(fork_repo: ForkRepo, local_index: LocalIndex) -> None:
+def test_second_fetch_served_from_cache(
+    fork_repo: ForkRepo, local_index: LocalIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="vllm_fork.sources.fetch")
     first = Fetcher(fork_repo.config).ensure(pin_of(fork_repo))
+    # the download says what it fetches, from where and why, in one line
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("downloading")]
+    assert pin_of(fork_repo).filename in line and local_index.url in line
+    assert "not in the cache" in line
+    caplog.clear()
     local_index.stop()  # any network access would now fail
     count = len(local_index.requests)
     assert Fetcher(fork_repo.config).ensure(pin_of(fork_repo)) == first
     offline = dataclasses.replace(fork_repo.config, offline=True)
     assert Fetcher(offline).ensure(pin_of(fork_repo)) == first
     assert len(local_index.requests) == count
+    assert not [r for r in caplog.records if r.getMessage().startswith("downloading")]
 
 
 def test_corrupt_cache_is_downloaded_again(fork_repo: ForkRepo) -> None:

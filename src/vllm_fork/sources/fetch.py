@@ -274,6 +274,13 @@ class Fetcher:
                 f"cannot write to the cache {self.config.cache_dir}: {exc.strerror or exc} "
                 f"(fix its permissions or set {ENV_CACHE} to a writable directory)"
             ) from exc
+        size = getattr(located.package, "size", None)
+        log.info(
+            "downloading %s%s from %s (not in the cache: pinned in bases.toml)",
+            pin.filename,
+            f" ({size / 1e6:.1f} MB)" if isinstance(size, int) else "",
+            located.index.display,
+        )
         try:
             located.index.download(located.package, tmp, self._progress(pin.filename))
             faults.point("fetch.download")
