@@ -39,13 +39,20 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], fork_repo: Fork
     assert err == "vllm-fork: error: vLLM 1.2.3 is not pinned in bases.toml (known: 9.9.9)\n"
 
 
+def download_line(filename: str, url: str) -> str:
+    """What a command says on stderr before it downloads a pinned file."""
+    return (
+        f"vllm-fork: downloading {filename} from {url} (not in the cache: pinned in bases.toml)\n"
+    )
+
+
 def test_hash_mismatch_exit_1(
     capsys: pytest.CaptureFixture[str], fork_repo: ForkRepo, local_index: LocalIndex
 ) -> None:
     repin(fork_repo, fork_repo.sdist, "f" * 64)
     code, _, err = run(capsys, "fetch")
     assert code == 1
-    assert err == (
+    assert err == download_line("vllm-9.9.9.tar.gz", local_index.url) + (
         f"vllm-fork: error: sha256 mismatch for vllm-9.9.9.tar.gz from {local_index.url}: "
         f"expected {'f' * 64}, got {sha256_of(fork_repo.sdist)}; the download was discarded\n"
     )
@@ -70,7 +77,7 @@ def test_hostile_sdist_exit_1_and_nothing_imported(
     target = tmp_path / "tree"
     code, _, err = run(capsys, "materialize", str(target))
     assert code == 1
-    assert err == (
+    assert err == download_line("vllm-9.9.9.tar.gz", local_index.url) + (
         "vllm-fork: error: vllm-9.9.9.tar.gz: refusing archive member 'vllm-9.9.9/../../evil.py': "
         "'..' path component\n"
     )
@@ -80,11 +87,12 @@ def test_hostile_sdist_exit_1_and_nothing_imported(
 
 
 def test_materialize_export_status_commands(
-    capsys: pytest.CaptureFixture[str], fork_repo: ForkRepo, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], fork_repo: ForkRepo, local_index: LocalIndex, tmp_path: Path
 ) -> None:
     tree = tmp_path / "tree"
     code, out, err = run(capsys, "materialize", str(tree))
-    assert (code, err) == (0, "")
+    # the one thing said on stderr: the sdist it had to download
+    assert (code, err) == (0, download_line("vllm-9.9.9.tar.gz", local_index.url))
     assert out == f"{tree}: vLLM 9.9.9 + 0 patch(es) on branch fork\n"
     code, out, _ = run(capsys, "export", str(tree))
     series = fork_repo.root.resolve() / "series" / "9.9.9"
@@ -119,6 +127,10 @@ def test_fetch_with_wheel(
     save_pins(fork_repo.config.bases_file, Pins(default=FAKE_VERSION, bases={FAKE_VERSION: base}))
     code, out, err = run(capsys, "fetch", "--wheel")
     dist = fork_repo.config.dist_dir
-    assert (code, err) == (0, "")
+    assert (code, err) == (
+        0,
+        download_line(fork_repo.sdist.name, local_index.url)
+        + download_line(wheel.name, local_index.url),
+    )
     assert out.splitlines() == [str(dist / fork_repo.sdist.name), str(dist / wheel.name)]
     assert (dist / wheel.name).read_bytes() == b"binary wheel"
