@@ -266,10 +266,16 @@ CHANGES: tuple[Change, ...] = (
         ),
         hardening=(),
         probe="vllm_fork.probes.moe:probe_moe_bias_precast",
-        tests=("tests/rocm/aiter/test_moe_bias_precast.py",),
+        tests=(
+            "tests/rocm/aiter/test_moe_bias_precast.py",
+            # AITER's biased top-k in row chunks with an AITER older than 0.1.12
+            # (ROCm/aiter#2611), on the bases whose ROCm image pins one
+            "tests/rocm/aiter/test_biased_topk_row_chunks.py",
+        ),
         why="0.19.1 casts the correction bias to the router dtype on every AITER router call",
         retire_when="the change once the oldest supported base is 0.20.0; the pinning tests "
-        "once upstream tests the precast itself",
+        "once upstream tests the precast itself; the AITER top-k row chunks once the oldest "
+        "supported base's ROCm image pins AITER v0.1.12 or newer",
         # commit: 12-digit prefix; author: v0.20.0 release notes (@heachary), no name or
         # email found
         upstream_commit="fa4b70555bc1",
