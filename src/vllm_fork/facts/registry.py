@@ -351,8 +351,18 @@ CHANGES: tuple[Change, ...] = (
                 "vllm/distributed/device_communicators/aiter_custom_all_reduce.py", since="0.30.0"
             ),
             # the fusion pass stays off with an AITER older than 0.1.14 (AITER #2890),
-            # on the bases whose ROCm image pins one
+            # on the bases whose ROCm image pins one; it sets up no AITER custom
+            # allreduce under expandable segments with an AITER older than 0.1.20
+            # (AITER #4174)
             Landing("vllm/compilation/passes/fusion/allreduce_rms_fusion.py", until="0.24.0"),
+            # from 0.25.0 the TP communicator builds AITER's custom allreduce: it
+            # builds none there, on the bases whose ROCm image pins an AITER older
+            # than 0.1.20
+            Landing(
+                "vllm/distributed/device_communicators/cuda_communicator.py",
+                since="0.25.0",
+                until="0.29.0",
+            ),
         ),
         hardening=(
             Hardening(
@@ -369,6 +379,7 @@ CHANGES: tuple[Change, ...] = (
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_aiter_version.py",
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_end_sync.py",
             "tests/rocm/aiter/test_fused_allreduce_rmsnorm_declined.py",
+            "tests/rocm/aiter/test_aiter_custom_allreduce_expandable_segments.py",
         ),
         why="a hidden-size whitelist keeps shapes such as GPT-OSS's 2880 off the 1-stage kernel",
         retire_when="the change once the oldest supported base is 0.22.0; the switch once "
