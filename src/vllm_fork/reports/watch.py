@@ -350,18 +350,28 @@ def release_candidates(
     return out
 
 
-def _commits(repo: Path, revs: Sequence[str], paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(sha, subject) of the non-merge commits of ``revs`` (rev-list arguments)
-    touching ``paths``, oldest first."""
+def _touched(
+    repo: Path, revs: Sequence[str], paths: Sequence[str]
+) -> list[tuple[str, str, list[str]]]:
+    """(sha, subject, files) of the non-merge commits of ``revs`` touching ``paths``."""
     out = git_out(
-        ["log", "--no-merges", "--reverse", "--format=%H%x00%s", *revs, "--", *paths],
+        [
+            "log",
+            "--no-merges",
+            "--reverse",
+            "--name-only",
+            "--format=%x01%H%x00%s",
+            *revs,
+            "--",
+            *paths,
+        ],
         env=git_env({"GIT_DIR": str(repo)}),
     )
     rows = []
-    for line in out.splitlines():
-        sha, _, subject = line.partition("\0")
-        if sha:
-            rows.append((sha, subject))
+    for block in out.split("\x01")[1:]:
+        head, _, files = block.partition("\n")
+        sha, _, subject = head.partition("\0")
+        rows.append((sha, subject, [f for f in files.splitlines() if f]))
     return rows
 
 
@@ -376,9 +386,9 @@ def repo_candidates(
         return []
     digests = _Digests(repo)
     out: list[Candidate] = []
-    for sha, subject in _commits(repo, [f"{since}..HEAD"], paths):
+    for sha, subject, files in _touched(repo, [f"{since}..HEAD"], paths):
         parent = f"{sha}^"
-        for unit in union:
+        for unit in (u for u in union if u.path in files):
             before, after = digests.of(parent, unit), digests.of(sha, unit)
             if before == after:
                 continue
@@ -407,31 +417,6 @@ def _aiter_unit(spec: str) -> Unit:
     if sep and path.endswith(".py") and name.isidentifier():
         return Unit(path, name)
     return Unit(spec)
-
-
-def _touched(
-    repo: Path, revs: Sequence[str], paths: Sequence[str]
-) -> list[tuple[str, str, list[str]]]:
-    """(sha, subject, files) of the non-merge commits of ``revs`` touching ``paths``."""
-    out = git_out(
-        [
-            "log",
-            "--no-merges",
-            "--reverse",
-            "--name-only",
-            "--format=%x01%H%x00%s",
-            *revs,
-            "--",
-            *paths,
-        ],
-        env=git_env({"GIT_DIR": str(repo)}),
-    )
-    rows = []
-    for block in out.split("\x01")[1:]:
-        head, _, files = block.partition("\n")
-        sha, _, subject = head.partition("\0")
-        rows.append((sha, subject, [f for f in files.splitlines() if f]))
-    return rows
 
 
 def aiter_candidates(
