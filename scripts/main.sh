@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: build the hardened vLLM wheel for a base (default: the default
-# base) with vLLM's own build, then verify it against the series and pins.
+# base) with vLLM's own build, verified against the series and pins.
 # Sets up .venv with the tool; downloads (sdist, upstream wheel, build env)
 # are verified and cached in the user cache directory.
 # Usage: scripts/main.sh [extra `vllm-fork build` options, e.g. --device rocm]
@@ -16,12 +16,6 @@ ensure_venv ""
 base="${BASE:-$(default_base)}"
 dist="${DIST:-dist}"
 .venv/bin/vllm-fork status --base "$base"
-if [[ " $* " == *" --dry-run "* ]]; then
-    .venv/bin/vllm-fork build --base "$base" -o "$dist" "$@"
-    exit 0
-fi
-# --json: one object on stdout (progress on stderr); the wheel is read from it
-result="$(.venv/bin/vllm-fork build --base "$base" -o "$dist" --json "$@")"
-echo "$result"
-wheel="$(.venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["wheel"])' <<<"$result")"
-.venv/bin/vllm-fork verify "$wheel"
+# build verifies the wheel against its tree, the series and the pins before placing it
+# (`vllm-fork verify WHEEL` checks it again anywhere later, with its release files)
+.venv/bin/vllm-fork build --base "$base" -o "$dist" "$@"

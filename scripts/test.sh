@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (what CI runs on every commit, .ci/run): ruff check,
-# ruff format --check, the tool's tests (pytest; the layer contracts are
+# ruff format --check, mypy over src/ ([tool.mypy]), the tool's tests (pytest; the layer contracts are
 # tests/test_layers.py), then the series tests of the default base in a
 # materialized tree (scripts/test-tree.sh: fork tests + prove-fail).
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not network").
@@ -27,6 +27,7 @@ print(ci_base(load_config(), sys.argv[1]) or "")' "$1"
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 .venv/bin/python -m pytest -q -p no:cacheprovider -rs "$@"
 
 # The fork's own tests inside a materialized tree of the default base. Skip it

@@ -8,12 +8,12 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_fork.build.provenance import PACKAGE_PATH, dumps
 from vllm_fork.facts.names import tag_for
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import FilePin, load_pins, save_pins
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.provenance import PACKAGE_PATH, dumps
 
 from .conftest import FAKE_FILES, FAKE_VERSION, ForkRepo
 from .gitutil import commit, git, trailer_block

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.config import Config
 from vllm_fork.probes import GitTree
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.pipconf import PipConfig
 from vllm_fork.sources.upstream import ensure_upstream
-from vllm_fork.sources.workspace import load_config
+from vllm_fork.sources.workspace import Workspace, load_config
 from vllm_fork.testing import toolsuite
 
 FAKE_VERSION = "9.9.9"
@@ -167,7 +166,7 @@ class ForkRepo:
     """A throw-away fork repository (bases.toml + series/) with its own cache."""
 
     root: Path
-    config: Config
+    config: Workspace
     sdist: Path
 
     def series_dir(self, version: str = FAKE_VERSION) -> Path:
@@ -233,8 +232,8 @@ def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Only the release tests enabled with VLLM_FORK_E2E_BUILD=1 ask for it."""
     import time
 
-    from vllm_fork.build.builder import BuildRequest, build
-    from vllm_fork.deploy import release_files
+    from vllm_fork.deploy.release_files import release_files
+    from vllm_fork.wheel.builder import BuildRequest, build
 
     config = load_config(root=Path(__file__).resolve().parents[1])
     t0 = time.monotonic()

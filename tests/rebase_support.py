@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.cache import CacheLayout
-from vllm_fork.config import Config
 from vllm_fork.sources.pins import Base, FilePin, Pins, save_pins
 from vllm_fork.sources.upstream import import_sdist, init_repo
-from vllm_fork.sources.workspace import load_config
+from vllm_fork.sources.workspace import Workspace, load_config
 
 try:
     from .gitutil import IDENTITY
@@ -179,7 +178,7 @@ def edit_lines(path: Path, lines: dict[int, str]) -> None:
 @dataclass
 class Fork:
     root: Path
-    config: Config
+    config: Workspace
     tmp: Path
 
     def series_dir(self, version: str) -> Path:

@@ -31,13 +31,12 @@ import threading
 import zipfile
 from pathlib import Path
 
-from vllm_fork.build.audit import record_hashes
-from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import Config
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_out
 from vllm_fork.sources.upstream import ensure_upstream
-from vllm_fork.sources.workspace import load_config
+from vllm_fork.sources.workspace import Workspace, load_config
+from vllm_fork.wheel.audit import record_hashes
+from vllm_fork.wheel.wheelfile import Wheel
 
 from .wheelutil import version_py, write_wheel
 
@@ -61,7 +60,7 @@ def stand_in_binary(name: str, variant: str) -> bytes:
     return f"\x7fELF synthetic {variant} stand-in for {name}\n".encode()
 
 
-def rocm_requirements(config: Config, version: str) -> list[str]:
+def rocm_requirements(config: Workspace, version: str) -> list[str]:
     """The Requires-Dist lines vLLM's setup.py writes for ROCm: requirements/rocm.txt
     with its ``-r`` includes, read from the imported sdist."""
     tag = tag_for(version)
@@ -80,7 +79,7 @@ def rocm_requirements(config: Config, version: str) -> list[str]:
 
 
 def make_rocm_wheel(
-    config: Config,
+    config: Workspace,
     version: str,
     directory: Path,
     *,
@@ -143,7 +142,7 @@ def _with_metadata(path: Path, dist_info: str, metadata: str) -> Path:
     import csv
     import io
 
-    from vllm_fork.build.wheelfile import record_digest
+    from vllm_fork.wheel.wheelfile import record_digest
 
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.build.audit import AuditError, align_with_upstream_wheel, audit_wheel
-from vllm_fork.build.provenance import PACKAGE_PATH, make_record
-from vllm_fork.build.verify import verify_wheel
 from vllm_fork.cli.main import main
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.audit import AuditError, align_with_upstream_wheel, audit_wheel
+from vllm_fork.wheel.provenance import PACKAGE_PATH, make_record
+from vllm_fork.wheel.verify import verify_wheel
 
 from .buildutil import (
     FULL_PATCH,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.cli.backport import fork_checks
-from vllm_fork.rebase import backport as bp
+from vllm_fork.backport import carry as bp
+from vllm_fork.backport.checks import fork_checks
 from vllm_fork.series import store
 from vllm_fork.sources.workspace import load_config
 from vllm_fork.tree.export import export

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.builder import upstream_platform
-from vllm_fork.build.provenance import PACKAGE_PATH, loads
-from vllm_fork.build.smoke import format_result, smoke
-from vllm_fork.build.verify import verify_wheel
-from vllm_fork.build.wheelfile import Wheel, diff_wheels
 from vllm_fork.sources.pins import load_pins
 from vllm_fork.sources.workspace import load_config
+from vllm_fork.wheel.builder import upstream_platform
+from vllm_fork.wheel.provenance import PACKAGE_PATH, loads
+from vllm_fork.wheel.smoke import format_result, smoke
+from vllm_fork.wheel.verify import verify_wheel
+from vllm_fork.wheel.wheelfile import Wheel, diff_wheels
 
 # Opt-in (VLLM_FORK_E2E_BUILD=1): about 5 GB of downloads and 10+ minutes on 2 cores.
 pytestmark = [

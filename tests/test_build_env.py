@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build import env as build_env
-from vllm_fork.build.env import (
+from vllm_fork.cache import BUILD_ENV_READY, CacheLayout
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel import env as build_env
+from vllm_fork.wheel.env import (
     CONSTRAINTS,
     BuildEnvError,
     cpu_torch_exclusions,
     ensure_build_env,
     requirements_file,
 )
-from vllm_fork.cache import BUILD_ENV_READY, CacheLayout
-from vllm_fork.config import Config
 
 REQS = """\
 # comment
@@ -68,7 +68,7 @@ def test_env_with_a_cpu_torch_is_made_again(tmp_path: Path, pip_calls: list[list
     reqs = tmp_path / "cuda.txt"
     reqs.write_text(REQS)
     env_dir = _fake_env(tmp_path / "cache", reqs, "2.13.0+cpu")
-    config = Config(root=tmp_path, cache_dir=tmp_path / "cache")
+    config = Workspace(root=tmp_path, cache_dir=tmp_path / "cache")
 
     python = ensure_build_env(config, reqs)
 
@@ -83,7 +83,7 @@ def test_env_with_a_device_torch_is_reused(tmp_path: Path, pip_calls: list[list[
     reqs = tmp_path / "cuda.txt"
     reqs.write_text(REQS)
     env_dir = _fake_env(tmp_path / "cache", reqs, "2.13.0")
-    config = Config(root=tmp_path, cache_dir=tmp_path / "cache")
+    config = Workspace(root=tmp_path, cache_dir=tmp_path / "cache")
 
     assert ensure_build_env(config, reqs) == env_dir / "bin" / "python"
     assert pip_calls == []

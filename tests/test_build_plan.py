@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.builder import BuildRequest, build
-from vllm_fork.build.env import BuildEnvError, PythonInfo, check_build_python, check_toolchain
-from vllm_fork.build.options import load_full_options, parse_source_option
-from vllm_fork.build.plan import SCRUBBED, FullOptions, PlanError, plan_build
 from vllm_fork.cli.main import main
-from vllm_fork.errors import UsageError
+from vllm_fork.errors import UnsupportedBaseError, UsageError
+from vllm_fork.wheel.builder import BuildRequest, build
+from vllm_fork.wheel.env import BuildEnvError, PythonInfo, check_build_python, check_toolchain
+from vllm_fork.wheel.options import load_full_options, parse_source_option
+from vllm_fork.wheel.plan import SCRUBBED, FullOptions, PlanError, plan_build
 
 from .buildutil import make_series, pin_wheel, python_patch
 from .conftest import ForkRepo
@@ -239,7 +239,7 @@ def test_toolchain_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
-    monkeypatch.setattr("vllm_fork.build.env.Path.is_file", lambda self: False)
+    monkeypatch.setattr("vllm_fork.wheel.env.Path.is_file", lambda self: False)
     assert "nvcc not found" in check_toolchain("cuda", info())[0]
     assert "hipcc not found" in check_toolchain("rocm", info(torch_hip="7.1"))[0]
 
@@ -263,7 +263,7 @@ def test_full_build_fails_early_without_toolchain(
     def boom(*args: object, **kw: object) -> None:
         raise AssertionError("materialize must not run")
 
-    monkeypatch.setattr("vllm_fork.build.builder.materialize", boom)
+    monkeypatch.setattr("vllm_fork.wheel.builder.materialize", boom)
     # A build Python with a ROCm torch, on a machine without hipcc.
     probe = {
         "python": "3.11",
@@ -303,9 +303,20 @@ def test_full_build_fails_early_without_toolchain(
 
 def test_missing_source_dir_is_reported(fork_repo: ForkRepo, tmp_path: Path) -> None:
     pin_wheel(fork_repo)
+    make_series(fork_repo, tmp_path, python_patch)
     req = BuildRequest(mode="full", full=FullOptions(sources={"cutlass": tmp_path / "nope"}))
     with pytest.raises(UsageError, match="source cutlass \\(VLLM_CUTLASS_SRC_DIR\\)"):
         build(fork_repo.config, req)
+
+
+def test_build_itself_refuses_an_empty_series(fork_repo: ForkRepo) -> None:
+    """Whoever calls build() (the CLI, release-check): a base with no patches is
+    refused before any work, as the wheel would claim hardening it lacks."""
+    pin_wheel(fork_repo)
+    calls: list[object] = []
+    with pytest.raises(UnsupportedBaseError, match="has no patches"):
+        build(fork_repo.config, BuildRequest(), runner=lambda *a: calls.append(a) or "x.whl")
+    assert calls == []
 
 
 def test_cli_dry_run(
@@ -416,7 +427,7 @@ def fake_build_python(tmp_path: Path) -> Path:
 
 
 def test_read_backend(tmp_path: Path) -> None:
-    from vllm_fork.build.plan import LEGACY_BACKEND, Backend, read_backend
+    from vllm_fork.wheel.plan import LEGACY_BACKEND, Backend, read_backend
 
     assert read_backend(tmp_path) == Backend(LEGACY_BACKEND)  # PEP 517: no pyproject.toml
     (tmp_path / "pyproject.toml").write_text(
@@ -470,7 +481,7 @@ def test_build_calls_the_trees_backend_and_survives_the_cache_lock(
     # wheel, which an empty build of this base has not: record that verify reached it.
     audited: list[Path] = []
     monkeypatch.setattr(
-        "vllm_fork.build.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
+        "vllm_fork.wheel.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
     )
     argv = ["build", "--mode", "empty", "--build-python", str(fake_build_python(tmp_path))]
     assert main([*argv, "-o", str(dist), "--json"]) == 0
@@ -508,7 +519,7 @@ def test_build_runs_the_backend_through_the_runner_it_is_given(
     make_series(fork_repo, tmp_path, python_patch)
     audited: list[Path] = []
     monkeypatch.setattr(
-        "vllm_fork.build.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
+        "vllm_fork.wheel.verify._audit", lambda _c, wheel, _r, _t: audited.append(wheel)
     )
     backend: dict = {}
     exec(FAKE_BACKEND, backend)  # the wheel writer of the in-tree backend above
@@ -542,7 +553,7 @@ def test_the_published_wheel_gets_the_mode_of_a_new_file(tmp_path: Path) -> None
     under umask 022), not 0600 like the temporary file it was copied through."""
     import os
 
-    from vllm_fork.build.builder import _publish
+    from vllm_fork.wheel.builder import _publish
 
     built = tmp_path / "build" / "vllm-1.0.0+hardened.1-py3-none-any.whl"
     built.parent.mkdir()

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.build.provenance import PACKAGE_PATH, Provenance, dumps, format_record, make_record
-from vllm_fork.build.verify import verify_wheel
-from vllm_fork.build.wheelfile import Wheel, diff_wheels
 from vllm_fork.cli.main import main
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.wheel.provenance import PACKAGE_PATH, Provenance, dumps, format_record, make_record
+from vllm_fork.wheel.verify import verify_wheel
+from vllm_fork.wheel.wheelfile import Wheel, diff_wheels
 
 from .buildutil import (
     FULL_PATCH,

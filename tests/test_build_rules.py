@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.builder import BuildRefused, BuildRequest, prepare
 from vllm_fork.cli.main import main
 from vllm_fork.errors import SeriesError, UsageError
 from vllm_fork.series.forkversion import (
@@ -18,6 +17,7 @@ from vllm_fork.series.forkversion import (
 from vllm_fork.series.patches import load_series, parse_patch, validate_header
 from vllm_fork.series.precompiled import precompiled_conflicts, precompiled_reason, touched_paths
 from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.builder import BuildRefused, BuildRequest, prepare
 
 from .buildutil import FULL_PATCH, csrc_patch, full_csrc_patch, make_series, pin_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo

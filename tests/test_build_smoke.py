@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.smoke import SmokeFailed, check_changes, smoke
 from vllm_fork.probes import Finding
+from vllm_fork.wheel.smoke import SmokeFailed, check_changes, smoke
 
 from .conftest import ForkRepo
 from .wheelutil import write_wheel
@@ -154,8 +154,8 @@ def test_smoke_installed_needs_no_wheel_and_reports_no_install(
 ) -> None:
     """`smoke --installed VENV --no-import` checks an existing venv without
     WHEEL; it never claims an install it did not make."""
-    from vllm_fork.build.smoke import SmokeResult, format_result
     from vllm_fork.cli.main import main
+    from vllm_fork.wheel.smoke import SmokeResult, format_result
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.provenance import upstream_pr
 from vllm_fork.facts import registry
 from vllm_fork.series import credits, store
 from vllm_fork.series.patches import load_series, origin_fields, parse_patch, validate_header
+from vllm_fork.wheel.provenance import upstream_pr
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = "0001-ROCm-AITER-Gate-the-1-stage-fused-allreduce-RMSNorm-.patch"

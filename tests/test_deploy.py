@@ -11,11 +11,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vllm_fork.cli.main import main
-from vllm_fork.deploy import sidecar, verify_release, write_release_files
 from vllm_fork.deploy.attestation import SUFFIX as PROV
 from vllm_fork.deploy.attestation import series_digest
 from vllm_fork.deploy.notes import SUFFIX as NOTES
 from vllm_fork.deploy.notes import make_notes
+from vllm_fork.deploy.release_files import sidecar, verify_release, write_release_files
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
 from vllm_fork.deploy.sbom import validate
 from vllm_fork.facts import registry

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.smoke import format_result, smoke
 from vllm_fork.deploy.publish import publish
 from vllm_fork.sources.pipconf import load_pip_config
 from vllm_fork.sources.workspace import load_config
+from vllm_fork.wheel.smoke import format_result, smoke
 
 from .indexserver import PASSWORD, USER, IndexServer, index_server
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dockerfile_parse import DockerfileParser
 
-from vllm_fork.build.provenance import PACKAGE_PATH
+from vllm_fork.wheel.provenance import PACKAGE_PATH
 
 DOCKERFILE = Path(__file__).resolve().parents[1] / "docker" / "Dockerfile.rocm-hardened"
 

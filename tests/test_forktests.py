@@ -412,7 +412,7 @@ def test_update_tests_log_progress_and_its_report_names_unproven_patches(
     from vllm_fork.release import update
 
     monkeypatch.setattr(
-        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *_a, **_k: Path(sys.executable)
+        "vllm_fork.testing.treevenv.ensure_tree_venv", lambda *_a, **_k: Path(sys.executable)
     )
     monkeypatch.setattr("vllm_fork.release.check.pytest_args", lambda _tree: [])
     report = update.UpdateReport(update.DONE, "9.9.8", "9.9.9", tree=str(work_tree))

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.build.provenance import PACKAGE_PATH, make_record
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.wheel.provenance import PACKAGE_PATH, make_record
 
 from .buildutil import fork_wheel, make_series, pin_upstream_wheel, python_patch
 from .conftest import FAKE_VERSION, ForkRepo

@@ -183,7 +183,7 @@ def made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fork:
     )
     (fork.root / "known-issues.toml").write_text(ENTRY.replace('upstream_fix = "9.9.9"\n', ""))
     monkeypatch.setattr(
-        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
+        "vllm_fork.testing.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
     )
     monkeypatch.setattr(check, "pytest_args", lambda tree: [])
     return fork

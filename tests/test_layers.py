@@ -35,9 +35,9 @@ LAZY = {
     ("deploy/publish.py", "twine.package"),
     ("deploy/sbom.py", "cyclonedx.validation.json"),
 }
-# build/inside/ runs in another Python (the build or smoke environment), where
+# wheel/inside/ runs in another Python (the build or smoke environment), where
 # torch may be missing: its scripts import it inside a try.
-OTHER_PYTHON = "build/inside/"
+OTHER_PYTHON = "wheel/inside/"
 
 
 def lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

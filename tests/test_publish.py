@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.provenance import PACKAGE_PATH
-from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.cli.main import main
-from vllm_fork.deploy import sidecar, write_release_files
 from vllm_fork.deploy.publish import PublishError, publish
+from vllm_fork.deploy.release_files import sidecar, write_release_files
 from vllm_fork.deploy.sbom import SUFFIX as SBOM
+from vllm_fork.wheel.provenance import PACKAGE_PATH
+from vllm_fork.wheel.wheelfile import Wheel
 
 from .buildutil import make_series, pin_upstream_wheel, python_patch
 from .conftest import ForkRepo

@@ -508,7 +508,7 @@ def test_state_file_is_replaced_atomically(
     def failing_replace(*_args, **_kwargs):
         raise Crash()
 
-    monkeypatch.setattr("vllm_fork.rebase.state.os.replace", failing_replace)
+    monkeypatch.setattr("vllm_fork.atomic.os.replace", failing_replace)
     resolve(tree / "vllm/rope.py", KEEP_FORK)
     git(tree, "add", "vllm/rope.py")
     with pytest.raises(Crash):

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import __version__
-from vllm_fork.build.provenance import format_record, make_record
 from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
@@ -23,7 +22,9 @@ from vllm_fork.reports.status import compute_status, format_status
 from vllm_fork.series import store
 from vllm_fork.series.patches import load_series
 from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import load_config
 from vllm_fork.testing.forktests import is_test_module
+from vllm_fork.wheel.provenance import format_record, make_record
 
 from .rebase_support import PatchSpec, make_fork, numbered, text
 
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_document_tables_are_the_generated_ones() -> None:
     """README.md and docs/changes.md carry exactly the registry's tables
     (regenerate with `python -m vllm_fork.reports.tables --write`)."""
-    assert tables.stale(ROOT) == []
+    assert tables.stale(load_config(root=ROOT, offline=True)) == []
 
 
 def test_a_hand_edited_table_is_stale(tmp_path: Path) -> None:
@@ -45,10 +46,10 @@ def test_a_hand_edited_table_is_stale(tmp_path: Path) -> None:
     (tmp_path / "series").symlink_to(ROOT / "series")
     readme = tmp_path / tables.README
     readme.write_text(readme.read_text().replace("(#41113)", "(#41114)"))
-    assert tables.stale(tmp_path) == [tables.README]
+    assert tables.stale(load_config(root=tmp_path, offline=True)) == [tables.README]
     assert tables.main(["--check", "--root", str(tmp_path)]) == 1
     assert tables.main(["--write", "--root", str(tmp_path)]) == 0
-    assert tables.stale(tmp_path) == []
+    assert tables.stale(load_config(root=tmp_path, offline=True)) == []
 
 
 # --------------------------------------------------------------------------- registry vs series

@@ -87,7 +87,7 @@ def bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fork:
     )
     # The tests run with this interpreter (it has pytest), without the ROCm simulation.
     monkeypatch.setattr(
-        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
+        "vllm_fork.testing.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
     )
     monkeypatch.setattr(check, "pytest_args", lambda tree: [])
     return fork
@@ -207,7 +207,7 @@ def with_index(fork: Fork, local_index, monkeypatch: pytest.MonkeyPatch, files: 
         "vllm_fork.sources.fetch.load_pip_config", lambda: PipConfig(index_url=local_index.url)
     )
     monkeypatch.setattr(
-        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
+        "vllm_fork.testing.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
     )
     fork.config = load_config()
 
@@ -310,7 +310,7 @@ def test_update_tests_the_series_once_the_maintainer_finished_the_rebase(
 def test_a_requirement_the_index_lacks_is_relaxed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_fork.release import treevenv
+    from vllm_fork.testing import treevenv
 
     reqs = tmp_path / "requirements" / "common.txt"
     reqs.parent.mkdir()

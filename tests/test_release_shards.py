@@ -29,7 +29,7 @@ LAUNCHER = """\
 import sys
 from pathlib import Path
 
-import vllm_fork.release.treevenv as treevenv
+import vllm_fork.testing.treevenv as treevenv
 from vllm_fork.cli.main import main
 from vllm_fork.errors import UsageError
 from vllm_fork.release import check, merge
@@ -74,7 +74,7 @@ def four(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fork:
         change_message("[Misc] A test that cannot fail"),
     )
     monkeypatch.setattr(
-        "vllm_fork.release.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
+        "vllm_fork.testing.treevenv.ensure_tree_venv", lambda *a, **k: Path(sys.executable)
     )
     monkeypatch.setattr(check, "pytest_args", lambda tree: [])
     return fork

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.provenance import PACKAGE_PATH, loads
-from vllm_fork.build.wheelfile import Wheel
 from vllm_fork.facts.names import tag_for
 from vllm_fork.probes import GitTree
 from vllm_fork.probes.rocm_pins import aiter_pin
 from vllm_fork.sources.pins import load_pins, save_pins
 from vllm_fork.sources.workspace import load_config
+from vllm_fork.wheel.provenance import PACKAGE_PATH, loads
+from vllm_fork.wheel.wheelfile import Wheel
 
 from .indexserver import PASSWORD, USER, IndexServer, index_server
 from .rocmwheel import ROCM_TAG, make_rocm_wheel, serve, sha256_of, stand_in_binary, write_index

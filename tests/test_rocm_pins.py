@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.build.plan import REFUSED_INDEX, ROCM_VIEW, plan_build
 from vllm_fork.cli.main import main
 from vllm_fork.errors import HashMismatchError
 from vllm_fork.series.forkversion import check_fork_version, fork_version, rocm_variant
 from vllm_fork.sources.pins import dump_pins, load_pins, rocm_version_of
 from vllm_fork.sources.rocm import RocmPinError, ensure_rocm_wheel, pin_rocm
+from vllm_fork.wheel.plan import REFUSED_INDEX, ROCM_VIEW, plan_build
 
 from .conftest import FAKE_VERSION, ForkRepo
 from .rocmwheel import serve, sha256_of, write_index
@@ -249,8 +249,8 @@ def rocm_record() -> dict:
 
 
 def test_rocm_facts_in_record_sbom_statement_and_notes() -> None:
-    from vllm_fork.build.provenance import Provenance, format_record
     from vllm_fork.deploy import attestation, notes, sbom
+    from vllm_fork.wheel.provenance import Provenance, format_record
 
     record = rocm_record()
     parsed = Provenance.from_json(record)

@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.build.wheelfile import record_digest
+from vllm_fork.wheel.wheelfile import record_digest
 
 
 def write_wheel(path: Path, files: dict[str, bytes], version: str, tag: str) -> Path:

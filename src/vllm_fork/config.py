@@ -1,17 +1,16 @@
-"""Where things live: the repository root, the series, the download cache."""
+"""Where things live: the names of the repository's files and environment variables,
+and how the repository root is found (the loaded workspace: sources/workspace.py)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.cache import ENV_CACHE, CacheLayout, default_cache_dir
+from vllm_fork.cache import ENV_CACHE, default_cache_dir
 from vllm_fork.errors import ConfigError
 
 __all__ = [
     "ENV_CACHE",
-    "Config",
     "default_cache_dir",
     "discovered_root",
     "find_root",
@@ -61,39 +60,13 @@ def find_root(start: Path | None = None) -> Path:
     )
 
 
-@dataclass(frozen=True)
-class Config:
-    root: Path
-    cache_dir: Path
-    offline: bool = False
+# The torch of the fork's tree venvs (vllm_fork.testing.treevenv) and of a
+# precompiled ROCm build's environment. A CPU build is enough (no GPU code
+# runs); the one the local wheel mirror holds.
+ENV_TORCH = "TREE_TORCH"
+DEFAULT_TORCH = "torch==2.13.0"
 
-    @property
-    def bases_file(self) -> Path:
-        return self.root / BASES_FILE
 
-    @property
-    def known_issues_file(self) -> Path:
-        return self.root / KNOWN_ISSUES_FILE
-
-    @property
-    def series_root(self) -> Path:
-        return self.root / "series"
-
-    def series_dir(self, version: str) -> Path:
-        return self.series_root / version
-
-    @property
-    def cache(self) -> CacheLayout:
-        return CacheLayout(self.cache_dir)
-
-    @property
-    def dist_dir(self) -> Path:
-        return self.cache.downloads
-
-    @property
-    def tmp_dir(self) -> Path:
-        return self.cache.tmp
-
-    @property
-    def upstream_repo(self) -> Path:
-        return self.cache.upstream_git
+def torch_spec(given: str | None = None) -> str:
+    """The torch requirement for tree venvs: ``given``, else ``$TREE_TORCH``, else the default."""
+    return given or os.environ.get(ENV_TORCH) or DEFAULT_TORCH

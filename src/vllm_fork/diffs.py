@@ -64,7 +64,8 @@ def file_hunks(text: str, name: str = "patch") -> dict[str, list[HunkInfo]]:
         for hunk in patched:
             # The header is the diff line just before the hunk's first line.
             first = next(iter(hunk), None)
-            number = first.diff_line_no - 1 if first is not None else 0
+            line_no = first.diff_line_no if first is not None else None
+            number = line_no - 1 if line_no is not None else 0
             header = lines[number - 1] if 0 < number <= len(lines) else str(hunk).split("\n")[0]
             hunks.setdefault(path, []).append(
                 HunkInfo(hunk.source_start, hunk.source_length, header)

@@ -45,7 +45,7 @@ def run_git(
     ``env`` replaces the environment (use :func:`git_env` to build one); when
     ``check`` is true a non-zero exit raises :class:`GitError` with git's stderr.
     """
-    cmd = ["git", *map(os.fspath, args)]
+    cmd = ["git", *(os.fspath(a) for a in args)]
     try:
         proc = subprocess.run(
             cmd,

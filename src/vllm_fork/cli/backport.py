@@ -3,44 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
-from vllm_fork.errors import UsageError
-from vllm_fork.rebase.backport import (
-    CheckRunner,
-    Checks,
-    backport,
-    format_report,
-    select_targets,
-    source_from_patch,
-    source_from_tree,
-)
-from vllm_fork.release.treevenv import ensure_tree_venv
+from vllm_fork.backport.carry import carry_commit, format_report, write_json
+from vllm_fork.backport.checks import tree_venv_checks
 from vllm_fork.sources.workspace import Workspace
-from vllm_fork.testing.forktests import check_head, sim_plugin_args
-
-
-def fork_checks(python_for: Callable[[Path], str], *, exclusive: bool = False) -> CheckRunner:
-    """The backport's check runner: the base's fork tests and the prove-fail of
-    the patch at HEAD, with the interpreter ``python_for(tree)`` gives.
-    ``exclusive``: one base's checks at a time (for an interpreter shared by
-    every base and reinstalled per tree, as the tree venv is)."""
-    gate: contextlib.AbstractContextManager = (
-        threading.Lock() if exclusive else contextlib.nullcontext()
-    )
-
-    def run(version: str, tree: Path) -> Checks:
-        with gate:
-            tests, proof = check_head(tree, python_for(tree), sim_plugin_args(tree))
-        verdict = proof.verdict if proof is not None else "no proof (not a series commit)"
-        ok = tests.green and proof is not None and (proof.ok or not proof.counts)
-        return Checks(tests.summary(), verdict, ok)
-
-    return run
 
 
 def backport_args(p: argparse.ArgumentParser) -> None:
@@ -87,27 +54,18 @@ def backport_args(p: argparse.ArgumentParser) -> None:
 
 
 def backport_run(args: argparse.Namespace, config: Workspace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
-    if args.from_version and not args.patch:
-        raise UsageError("--from goes with --patch")
-    targets = select_targets(config, args.bases)
-    if args.tree is not None:
-        source, state_dir = source_from_tree(config, args.tree, args.commit)
-    else:
-        # the patch is looked for on every base with a series, not only the targets
-        holders = select_targets(config, None)
-        source, state_dir = source_from_patch(config, args.patch, holders, args.from_version)
-
-    def python_for(tree: Path) -> str:
-        return str(ensure_tree_venv(config, tree, args.torch))
-
-    # the tree venv is shared by every base and reinstalled per tree: one base's checks at once
-    checks = fork_checks(python_for, exclusive=True)
-    report = backport(
-        config, source, state_dir, targets, checks, jobs=args.jobs, restart=args.restart
+    report = carry_commit(
+        config,
+        tree=args.tree,
+        commit=args.commit,
+        patch=args.patch,
+        from_version=args.from_version,
+        bases=args.bases,
+        checks=tree_venv_checks(config, args.torch),
+        jobs=args.jobs,
+        restart=args.restart,
     )
     print(format_report(report), flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        write_json(report, args.json)
     return 0 if report.ok else 1

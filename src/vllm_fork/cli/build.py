@@ -7,10 +7,11 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from vllm_fork.build.plan import DEVICES, MODES, FullOptions
-from vllm_fork.errors import ExitCode, UnsupportedBaseError, UsageError
+from vllm_fork.errors import ExitCode, UsageError
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel.plan import DEVICES, MODES, FullOptions
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +110,14 @@ def build_args(p: argparse.ArgumentParser) -> None:
 
 
 def _full_options(args: argparse.Namespace) -> FullOptions:
-    from vllm_fork.build.options import find_ccache, load_full_options, parse_source_option
+    from vllm_fork.wheel.options import find_ccache, load_full_options, parse_source_option
 
     options, use_ccache = (
         load_full_options(args.build_config) if args.build_config else (FullOptions(), True)
     )
     sources = dict(options.sources)
     sources.update(parse_source_option(s) for s in args.source)
-    changes: dict[str, object] = {"sources": sources}
+    changes: dict[str, Any] = {"sources": sources}
     for attr in ("cuda_archs", "rocm_archs", "max_jobs", "nvcc_threads"):
         if getattr(args, attr) is not None:
             changes[attr] = getattr(args, attr)
@@ -125,19 +126,9 @@ def _full_options(args: argparse.Namespace) -> FullOptions:
 
 
 def build_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.build.builder import BuildRequest, build, dry_run
-    from vllm_fork.deploy import release_files
     from vllm_fork.deploy.attestation import load_private_key
-    from vllm_fork.sources.pins import require_supported
-
-    base = config.base(args.base)
-    require_supported(config, base, allow=args.allow_unsupported)
-    if not config.series(base.version).patches:
-        # A wheel labelled +hardened would claim hardening that is not in it.
-        raise UnsupportedBaseError(
-            f"series/{base.version} has no patches: there is nothing to build "
-            f"(upstream's own vllm {base.version} wheel is the same code)"
-        )
+    from vllm_fork.deploy.release_files import release_files
+    from vllm_fork.wheel.builder import BuildRequest, build, dry_run
 
     req = BuildRequest(
         base=args.base,
@@ -150,6 +141,7 @@ def build_run(args: argparse.Namespace, config: Workspace) -> int:
         keep_tree=args.keep_tree,
         rocm_variant=args.rocm_variant,
         rocm_index=args.rocm_index,
+        allow_unsupported=args.allow_unsupported,
     )
     if args.dry_run:
         text = dry_run(config, req)
@@ -195,7 +187,7 @@ def verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def verify_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.deploy import verify_release
+    from vllm_fork.deploy.release_files import verify_release
 
     report = verify_release(
         config,
@@ -216,7 +208,7 @@ def audit_args(p: argparse.ArgumentParser) -> None:
 
 
 def audit_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.build.audit import audit_wheel
+    from vllm_fork.wheel.audit import audit_wheel
 
     report = audit_wheel(config, args.wheel)
     if args.json:
@@ -258,7 +250,7 @@ def smoke_args(p: argparse.ArgumentParser) -> None:
 
 
 def smoke_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.build.smoke import format_result, smoke
+    from vllm_fork.wheel.smoke import format_result, smoke
 
     if args.wheel is None and args.installed is None:
         raise UsageError("give the WHEEL to install, or --installed VENV to check")

@@ -20,7 +20,6 @@ import os
 import shlex
 import signal
 import sys
-import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -166,11 +165,15 @@ def _allow_unsupported_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _materialize_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.sources.pins import require_supported
     from vllm_fork.tree.materialize import materialize
 
-    require_supported(config, config.base(args.base), allow=args.allow_unsupported)
-    result = materialize(config, args.base, args.dir, keep_failed=args.keep_failed)
+    result = materialize(
+        config,
+        args.base,
+        args.dir,
+        keep_failed=args.keep_failed,
+        allow_unsupported=args.allow_unsupported,
+    )
     print(f"{result.path}: vLLM {result.version} + {result.applied} patch(es) on branch fork")
     return ExitCode.OK
 
@@ -301,40 +304,30 @@ def _test_args(p: argparse.ArgumentParser) -> None:
 
 
 def _test_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.testing.forktests import (
-        format_proofs,
-        prove_failing,
-        run_fork_tests,
-        sim_plugin_args,
-    )
+    from vllm_fork.testing.forktests import check_tree, format_proofs
 
-    tree = args.dir.absolute()
-    python = args.python
-    if os.sep in python:
-        # pytest runs from the tree's root: a relative interpreter path must not move
-        python = str(Path(python).absolute())
-    extra = [*sim_plugin_args(tree), *shlex.split(args.pytest_args)]
-    outcome = run_fork_tests(tree, python, extra)
-    print(f"fork tests on {tree}: {outcome.summary()}")
-    status = 0 if outcome.green else 1
-    if args.prove_fail:
-        proofs = prove_failing(
-            tree, python, extra, log=lambda line: print(line, file=sys.stderr, flush=True)
-        )
-        print(format_proofs(proofs))
-        if not all(proof.ok for proof in proofs):
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = check_tree(
+        args.dir, args.python, shlex.split(args.pytest_args), prove=args.prove_fail, log=progress
+    )
+    outcome = result.outcome
+    print(f"fork tests on {args.dir.absolute()}: {outcome.summary()}")
+    if result.proofs is not None:
+        print(format_proofs(result.proofs))
+        if not result.proven:
             print(
                 "vllm-fork: error: some patch is not proven (its tests must pass with it "
                 "and fail, not error or skip, without it)",
                 file=sys.stderr,
             )
-            status = 1
     # pytest-style closing line for whoever reads only the end of the log
     print(
         f"{outcome.passed} passed, {outcome.failed + outcome.errors} failed, "
         f"{outcome.skipped} skipped"
     )
-    return status
+    return ExitCode.OK if result.ok else ExitCode.FAILED
 
 
 # --- change ------------------------------------------------------------------------
@@ -351,17 +344,9 @@ def _change_args(p: argparse.ArgumentParser) -> None:
 def _change_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.facts import registry
 
-    path = config.root / registry.LOCAL_FILE
-    before = path.read_text(encoding="utf-8") if path.is_file() else ""
-    entry = registry.local_entry(args.id, args.title, args.why, args.retire_when)
-    text = before + ("\n" if before and not before.endswith("\n\n") else "") + entry
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        registry.parse_local(tmp)  # refuses a taken id or a bad title before anything changes
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    path = registry.declare_local_change(
+        config.root, args.id, args.title, args.why, args.retire_when
+    )
     print(f"{path}: change {args.id} declared (a local change: no probe)")
     print(
         "next: commit your patch in a work tree with the trailers\n"
@@ -394,21 +379,16 @@ def _gpu_bundle_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.testing.gpubundle import bundle_size, write_bundle
-    from vllm_fork.tree.materialize import materialize
+    from vllm_fork.testing.gpubundle import bundle_base, bundle_size
 
     base = config.base(args.base)
     out = args.out.absolute()
-    if args.tree is not None:
-        manifest = write_bundle(args.tree.absolute(), base.version, out, args.python_version)
-    else:
-        with tempfile.TemporaryDirectory(prefix="vllm-fork-bundle-") as tmp:
-            result = materialize(config, base.version, Path(tmp) / "tree")
-            manifest = write_bundle(result.path, base.version, out, args.python_version)
-    size = bundle_size(out)
+    manifest = bundle_base(
+        config, base.version, out, tree=args.tree, python_version=args.python_version
+    )
     print(
         f"{out}: GPU test bundle of vLLM {manifest['base']} ({len(manifest['runs'])} runs, "
-        f"{size / 2**20:.1f} MiB); on the GPU host: sh {out.name}/run.sh RESULTS_DIR"
+        f"{bundle_size(out) / 2**20:.1f} MiB); on the GPU host: sh {out.name}/run.sh RESULTS_DIR"
     )
     return ExitCode.OK
 

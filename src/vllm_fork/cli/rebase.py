@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_fork.errors import ExitCode, ForkError, SeriesError, UsageError
+from vllm_fork.errors import ExitCode, UsageError
 from vllm_fork.sources.workspace import Workspace
 
 
@@ -146,78 +146,27 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute every row")
 
 
-def _issue_states(config: Workspace, versions: list[str], log) -> dict:
-    """Per release, the known-issue states with its own series (or why not)."""
-    from vllm_fork.reports.status import base_issue_states
-
-    out: dict = {}
-    if not config.known_issues:
-        return out
-    for version in versions:
-        log(f"matrix: {version}: known issues")
-        try:
-            out[version] = base_issue_states(config, version)
-        except SeriesError:
-            raise
-        except ForkError as exc:
-            out[version] = f"not probed: {exc}"
-    return out
-
-
 def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
-    from vllm_fork.reports.drift import compute_drift, format_drift
-    from vllm_fork.reports.matrix import compute_matrix, format_matrix
-    from vllm_fork.reports.status import format_issue_matrix
+    from vllm_fork.release.overview import compute_overview
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     if args.series and args.default_series:
         raise UsageError("give --series V or --default-series, not both")
-    projected = bool(args.series or args.default_series)
-    matrix = compute_matrix(
+    overview = compute_overview(
         config,
         args.releases,
         args.series,
-        own=not projected,
+        own=not (args.series or args.default_series),
         use_cache=not args.no_cache,
         log=log,
     )
-    from vllm_fork.release.check import format_last_checks, last_checks
-
-    versions = [row.version for row in matrix.rows]
     to_stdout = args.json is not None and str(args.json) == "-"
     # stdout carries one result: the JSON when asked for there, else the tables
-    table_out = sys.stderr if to_stdout else sys.stdout
-    print(format_matrix(matrix), file=table_out)
-    print("\nOwn series and last release check (`vllm-fork release-check`):\n", file=table_out)
-    print(format_last_checks(config, versions), file=table_out)
-    issues = _issue_states(config, versions, log)
-    if config.known_issues:
-        print(
-            "\nKnown issues, each release with its own series (known-issues.toml):\n",
-            file=table_out,
-        )
-        print(format_issue_matrix(tuple(i.id for i in config.known_issues), issues), file=table_out)
-    drift = compute_drift(config)
-    print(
-        "\nDrift: each logical patch on each base against its newest copy "
-        "(`vllm-fork status --drift`):\n",
-        file=table_out,
-    )
-    print(format_drift(drift), file=table_out)
-    if args.json:
-        data = matrix.to_json()
-        data["drift"] = drift.to_json()
-        checks = last_checks(config)
-        data["release_check"] = {v: checks.get(v) for v in versions}
-        data["known_issues"] = {
-            v: got if isinstance(got, str) else {s.issue: s.to_json() for s in got}
-            for v, got in issues.items()
-        }
-        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        if to_stdout:
-            sys.stdout.write(text)
-        else:
-            args.json.write_text(text)
-    return ExitCode.FAILED if matrix.unavailable else ExitCode.OK
+    print(overview.format(), file=sys.stderr if to_stdout else sys.stdout)
+    if to_stdout:
+        print(json.dumps(overview.to_json(), indent=2, sort_keys=True))
+    elif args.json is not None:
+        overview.write_json(args.json)
+    return ExitCode.FAILED if overview.matrix.unavailable else ExitCode.OK

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.config import Config
 from vllm_fork.errors import ExitCode
-
-
-def _write(path: Path | None, text: str) -> None:
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def _dump(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+from vllm_fork.sources.workspace import Workspace
 
 
 def release_check_args(p: argparse.ArgumentParser) -> None:
@@ -59,7 +48,7 @@ def release_check_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def release_check_run(args: argparse.Namespace, config: Config) -> int:
+def release_check_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.release.check import parse_shard, release_check
 
     shard = parse_shard(args.shard) if args.shard else None
@@ -76,12 +65,10 @@ def release_check_run(args: argparse.Namespace, config: Config) -> int:
 
 
 def _report(report: Any, args: argparse.Namespace) -> int:
-    from vllm_fork.release.check import format_report
+    from vllm_fork.release.check import format_report, write_report_files
 
-    table = format_report(report)
-    print(table)
-    _write(args.markdown, f"# Release check\n\n{table}\n")
-    _write(args.json, _dump(report.to_json()))
+    print(format_report(report))
+    write_report_files(report, markdown=args.markdown, json_file=args.json)
     return ExitCode.OK if report.passed else ExitCode.FAILED
 
 
@@ -106,7 +93,7 @@ def release_merge_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def release_merge_run(args: argparse.Namespace, config: Config) -> int:
+def release_merge_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.release.merge import merge_results
 
     return _report(merge_results(config, args.results, args.bases), args)
@@ -126,16 +113,12 @@ def update_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def update_run(args: argparse.Namespace, config: Config) -> int:
+def update_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.release.update import format_update, update
 
     report = update(config, work_dir=args.dir, torch=args.torch)
-    text = format_update(report)
-    print(text)
-    markdown = args.markdown or report.default_report_path(config, ".md")
-    json_path = args.json or report.default_report_path(config, ".json")
-    _write(markdown, text + "\n")
-    _write(json_path, _dump(report.to_json()))
+    print(format_update(report))
+    markdown, json_path = report.write_files(config, markdown=args.markdown, json_file=args.json)
     print(f"\nreport: {markdown} {json_path}")
     return report.exit_code
 
@@ -150,7 +133,7 @@ def ci_workflows_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def ci_workflows_run(args: argparse.Namespace, config: Config) -> int:
+def ci_workflows_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.release import workflows
 
     if args.check:

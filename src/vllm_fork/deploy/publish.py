@@ -28,13 +28,13 @@ import requests
 from packaging.utils import parse_wheel_filename
 from pypi_simple import NoSuchProjectError, PyPISimple
 
-from vllm_fork.build.provenance import from_wheel
-from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import Config
-from vllm_fork.deploy import verify_release
+from vllm_fork.deploy.release_files import verify_release
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_file
 from vllm_fork.series.forkversion import check_fork_version
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel.provenance import from_wheel
+from vllm_fork.wheel.wheelfile import Wheel
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def remote_sha256(session: requests.Session, url: str) -> str:
 
 
 def publish(
-    config: Config,
+    config: Workspace,
     wheels: list[Path],
     repository: str,
     *,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import tomli_w
 from packaging.version import Version
 
+from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
 from vllm_fork.errors import ConfigError
 
@@ -440,10 +441,11 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_local(path: Path) -> tuple[Change, ...]:
-    """The changes ``path`` declares; ConfigError (exit 3) names what is wrong."""
+def parse_local(path: Path, text: str | None = None) -> tuple[Change, ...]:
+    """The changes ``path`` declares (``text``: its content to be, not read from
+    disk); ConfigError (exit 3) names what is wrong."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8") if text is None else text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     entries = data.get("change", [])
@@ -535,3 +537,18 @@ def local_entry(change_id: str, title: str, why: str = "", retire_when: str = ""
     entry = {"id": change_id, "title": title}
     entry.update({k: v for k, v in (("why", why), ("retire_when", retire_when)) if v})
     return "[[change]]\n" + tomli_w.dumps(entry)
+
+
+def declare_local_change(
+    root: Path, change_id: str, title: str, why: str = "", retire_when: str = ""
+) -> Path:
+    """`vllm-fork change add`: append the entry to ``root``'s local-changes.toml,
+    whole or not at all; a taken id or a bad title is refused (ConfigError) before
+    anything changes. The file's path."""
+    path = root / LOCAL_FILE
+    before = path.read_text(encoding="utf-8") if path.is_file() else ""
+    entry = local_entry(change_id, title, why, retire_when)
+    text = before + ("\n" if before and not before.endswith("\n\n") else "") + entry
+    parse_local(path, text)
+    write_bytes_atomic(path, text.encode())
+    return path

@@ -16,12 +16,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.finding import ABSENT, NA, PRESENT, UNPROBED, Finding
 from vllm_fork.facts.names import tag_for
 from vllm_fork.sources.upstream import imported_sha256
+from vllm_fork.sources.workspace import Workspace
 from vllm_fork.sourcetree import DirTree, GitTree, SourceTree
 
 
@@ -67,7 +67,7 @@ def probe_all(tree: SourceTree) -> dict[str, Finding]:
     return {cid: probe(cid, tree) for cid in registry.change_ids()}
 
 
-def base_findings(config: Config, version: str) -> dict[str, Any] | None:
+def base_findings(config: Workspace, version: str) -> dict[str, Any] | None:
     """Probes of the pristine base in the cache (for changes a wheel cannot show)."""
     try:
         if imported_sha256(config.upstream_repo, version) is None:

@@ -59,7 +59,9 @@ class CFunction:
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "(<[{":
             depth += 1

@@ -119,7 +119,8 @@ def guards(node: ast.AST, parent_of: dict[ast.AST, ast.AST]) -> list[ast.expr]:
     cur = parent_of.get(node)
     while cur is not None:
         if isinstance(cur, ast.If | ast.IfExp):
-            in_else = child in (cur.orelse if isinstance(cur.orelse, list) else [cur.orelse])
+            branch: list[ast.AST] = [*cur.orelse] if isinstance(cur, ast.If) else [cur.orelse]
+            in_else = child in branch
             if child is not cur.test:
                 out.append(ast.UnaryOp(ast.Not(), cur.test) if in_else else cur.test)
         child, cur = cur, parent_of.get(cur)

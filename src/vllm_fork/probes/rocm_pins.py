@@ -16,7 +16,6 @@ import logging
 from typing import Protocol
 
 from vllm_fork.aiterpin import ROCM_BASE_DOCKERFILE, aiter_pin, dockerfile_args
-from vllm_fork.config import Config
 from vllm_fork.facts.names import tag_for
 from vllm_fork.probes.pyast import parse
 from vllm_fork.sources.upstream import ensure_upstream
@@ -71,7 +70,7 @@ def amdsmi_imports(tree: ListableTree, package: str = "vllm") -> dict[str, list[
     return dict(sorted(users.items()))
 
 
-def base_aiter(config: Config, version: str) -> str | None:
+def base_aiter(config: Workspace, version: str) -> str | None:
     """The AITER tag the ROCm base image of upstream's ``version`` pins (read from the
     imported sdist, ``docker/Dockerfile.rocm_base``); None when it pins none."""
     if isinstance(config, Workspace):

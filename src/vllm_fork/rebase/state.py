@@ -1,20 +1,19 @@
 """The on-disk state of a rebase in progress: ``.git/vllm-fork-rebase.json``.
 
 The file is written before every step that changes the work tree or a ref
-(write to a temporary file, fsync, rename, fsync the directory), so a
+(vllm_fork.transaction's StateFile: whole or not at all), so a
 rebase interrupted at any point, even by a crash, can be continued or
 aborted from what it says.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vllm_fork.errors import WorkTreeError
+from vllm_fork.transaction import StateFile, StateUnreadable
 
 STATE_FILE = "vllm-fork-rebase.json"
 SCHEMA = 1
@@ -92,44 +91,27 @@ def state_path(git_dir: Path) -> Path:
     return git_dir / STATE_FILE
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _state(git_dir: Path) -> StateFile:
+    # strict: the state guards the user's work; an unreadable one is never dropped
+    return StateFile(state_path(git_dir), SCHEMA, what="rebase state", strict=True, indent=1)
 
 
 def save_state(git_dir: Path, state: RebaseState) -> None:
     """Replace the state file atomically (never leaves a half-written file)."""
-    path = state_path(git_dir)
-    tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(git_dir)
+    _state(git_dir).save(state.to_json())
 
 
 def load_state(git_dir: Path) -> RebaseState | None:
     """The state of the rebase in progress, or None when there is none."""
-    path = state_path(git_dir)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
-        return RebaseState.from_json(json.loads(text))
-    except (ValueError, TypeError, KeyError) as exc:
+        data = _state(git_dir).load()
+        return None if data is None else RebaseState.from_json(data)
+    except (StateUnreadable, ValueError, TypeError, KeyError) as exc:
         raise WorkTreeError(
-            f"{path} is unreadable ({exc}); the pre-rebase state is kept in the "
-            "refs/vllm-fork/pre-rebase/* refs: inspect them, then remove the file"
+            f"{state_path(git_dir)} is unreadable ({exc}); the pre-rebase state is kept in "
+            "the refs/vllm-fork/pre-rebase/* refs: inspect them, then remove the file"
         ) from None
 
 
 def clear_state(git_dir: Path) -> None:
-    state_path(git_dir).unlink(missing_ok=True)
-    state_path(git_dir).with_name(STATE_FILE + ".tmp").unlink(missing_ok=True)
-    _fsync_dir(git_dir)
+    _state(git_dir).clear()

@@ -31,14 +31,9 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__
-from vllm_fork.atomic import write_json_atomic
-from vllm_fork.build.audit import record_hashes, sdist_wheel_disagreements
-from vllm_fork.build.builder import BuildRefused, BuildRequest, build
-from vllm_fork.build.env import torch_spec
-from vllm_fork.build.smoke import smoke
-from vllm_fork.build.wheelfile import Wheel
-from vllm_fork.config import KNOWN_ISSUES_FILE, Config
-from vllm_fork.deploy import release_files
+from vllm_fork.atomic import write_bytes_atomic, write_json_atomic
+from vllm_fork.config import KNOWN_ISSUES_FILE, torch_spec
+from vllm_fork.deploy.release_files import release_files
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts.known_issues import AFFECTED, FIXES_TRAILER, affected
 from vllm_fork.facts.names import tag_for
@@ -46,16 +41,22 @@ from vllm_fork.facts.triage import TRIAGE_FILE
 from vllm_fork.hashing import sha256_bytes, sha256_file
 from vllm_fork.probes import DirTree, GitTree
 from vllm_fork.probes.issues import known_issue_states
-from vllm_fork.release import treevenv
 from vllm_fork.reports.watch import untriaged_for_base
 from vllm_fork.series import store
 from vllm_fork.series.patches import series_digest
-from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.sources.pins import Pins
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.testing import treevenv
 from vllm_fork.testing.forktests import prove_failing, run_fork_tests, sim_plugin_args
 from vllm_fork.testing.gpuresults import last_gpu_run
 from vllm_fork.testing.toolsuite import run_release_tests, sources_digest
+from vllm_fork.transaction import StateFile
 from vllm_fork.tree.commits import series_commits
 from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.audit import record_hashes, sdist_wheel_disagreements
+from vllm_fork.wheel.builder import BuildRefused, BuildRequest, build
+from vllm_fork.wheel.smoke import smoke
+from vllm_fork.wheel.wheelfile import Wheel
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +89,19 @@ class StepFailed(ForkError):
         self.data = data or {}
 
 
-def state_dir(config: Config) -> Path:
+def state_dir(config: Workspace) -> Path:
     return config.cache.release_check
 
 
-def state_file(config: Config, version: str) -> Path:
+def state_file(config: Workspace, version: str) -> Path:
     return state_dir(config) / f"{version}.json"
 
 
-def has_series(config: Config, version: str) -> bool:
+def has_series(config: Workspace, version: str) -> bool:
     return store.has_series(config.series_root, version)
 
 
-def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> list[str]:
+def select_bases(config: Workspace, pins: Pins, wanted: Sequence[str] | None) -> list[str]:
     """``wanted`` (each must be pinned), else every supported base and every base
     with a series, oldest first."""
     if wanted:
@@ -110,14 +111,14 @@ def select_bases(config: Config, pins: Pins, wanted: Sequence[str] | None) -> li
     return [v for v in pins.versions() if pins.bases[v].supported or has_series(config, v)]
 
 
-def _series_digest(config: Config, version: str) -> str | None:
+def _series_digest(config: Workspace, version: str) -> str | None:
     """The base's :func:`~vllm_fork.series.patches.series_digest` (None: no series)."""
     if not store.has_series(config.series_root, version):
         return None
     return series_digest(config.series_dir(version))
 
 
-def inputs(config: Config, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:
+def inputs(config: Workspace, pins: Pins, version: str, torch: str, wheel: bool) -> dict[str, Any]:
     """What a base's result depends on; a change in any of it redoes the base."""
     base = pins.get(version)
     return {
@@ -199,27 +200,28 @@ _STATE_KEYS = frozenset(
 )
 
 
-def load_state(config: Config, version: str) -> BaseState | None:
-    path = state_file(config, version)
+def _state(config: Workspace, version: str) -> StateFile:
+    return StateFile(state_file(config, version), SCHEMA, what="release-check state")
+
+
+def load_state(config: Workspace, version: str) -> BaseState | None:
+    data = _state(config, version).load()
+    if data is None:
+        return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != SCHEMA:
-            return None
         return BaseState.from_json(data)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring the unreadable release-check state %s", path)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("ignoring the unreadable release-check state %s", state_file(config, version))
         return None
 
 
-def save_state(config: Config, state: BaseState) -> None:
-    write_json_atomic(state_file(config, state.version), state.to_json())
+def save_state(config: Workspace, state: BaseState) -> None:
+    _state(config, state.version).save(state.to_json())
 
 
 @dataclass
 class Context:
-    config: Config
+    config: Workspace
     version: str
     state: BaseState
     torch: str
@@ -416,7 +418,7 @@ def _first_line(text: str) -> str:
 
 
 def check_base(
-    config: Config,
+    config: Workspace,
     pins: Pins,
     version: str,
     *,
@@ -519,7 +521,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         rows = self.rows()
-        total = {
+        total: dict[str, float] = {
             key: sum(int(r[key] or 0) for r in rows)
             for key in ("passed", "failed", "skipped", "proven", "proven_of")
         }
@@ -653,6 +655,16 @@ def format_report(report: Report) -> str:
     return "\n".join(lines)
 
 
+def write_report_files(
+    report: Report, *, markdown: Path | None = None, json_file: Path | None = None
+) -> None:
+    """The report's table as Markdown and its JSON, each written whole or not at all."""
+    if markdown is not None:
+        write_bytes_atomic(markdown, f"# Release check\n\n{format_report(report)}\n".encode())
+    if json_file is not None:
+        write_json_atomic(json_file, report.to_json())
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``I/N`` (1 <= I <= N) as ``(I, N)``."""
     index, sep, count = text.partition("/")
@@ -673,7 +685,7 @@ def shard_bases(versions: Sequence[str], shard: tuple[int, int]) -> list[str]:
 
 
 def release_check(
-    config: Config,
+    config: Workspace,
     bases: Sequence[str] | None = None,
     *,
     torch: str | None = None,
@@ -687,7 +699,7 @@ def release_check(
     also written to ``out_dir/<V>.json`` as soon as it is known (release/merge.py
     combines such files into one report)."""
     start = time.monotonic()
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     spec = torch_spec(torch)
     states: list[BaseState] = []
     reused: set[str] = set()
@@ -709,11 +721,11 @@ def release_check(
     return Report(states, reused, time.monotonic() - start)
 
 
-def ci_base(config: Config, commit: str) -> str | None:
+def ci_base(config: Workspace, commit: str) -> str | None:
     """The one extra base a CI run checks besides the default: picked from the
     commit hash among the other bases with a series, so successive commits
     exercise every base."""
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     default = pins.get(None).version
     others = [v for v in select_bases(config, pins, None) if v != default and has_series(config, v)]
     if not others:
@@ -725,7 +737,7 @@ def ci_base(config: Config, commit: str) -> str | None:
     return others[number % len(others)]
 
 
-def format_last_checks(config: Config, versions: Sequence[str]) -> str:
+def format_last_checks(config: Workspace, versions: Sequence[str]) -> str:
     """Per release: the series it has and the result of its last release check."""
     rows = last_checks(config)
     lines = [
@@ -749,7 +761,7 @@ def format_last_checks(config: Config, versions: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def last_checks(config: Config) -> dict[str, dict[str, Any]]:
+def last_checks(config: Workspace) -> dict[str, dict[str, Any]]:
     """The summary row of every base's last recorded check (for ``matrix``)."""
     rows: dict[str, dict[str, Any]] = {}
     directory = state_dir(config)

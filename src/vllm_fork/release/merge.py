@@ -20,7 +20,6 @@ from typing import Any
 
 from packaging.version import Version
 
-from vllm_fork.config import Config
 from vllm_fork.errors import UsageError
 from vllm_fork.release.check import (
     KIND,
@@ -30,7 +29,7 @@ from vllm_fork.release.check import (
     _series_digest,
     select_bases,
 )
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +70,12 @@ def _short(digest: Any) -> str:
 
 
 def merge_results(
-    config: Config, paths: Sequence[Path], bases: Sequence[str] | None = None
+    config: Workspace, paths: Sequence[Path], bases: Sequence[str] | None = None
 ) -> Report:
     """The report of the results in ``paths`` (files, or directories of
     ``<V>.json``); ``bases`` (default: every base release-check checks) are
     the bases expected, and those without a result are missing."""
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     expected = select_bases(config, pins, bases)
     found: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path in _result_files(paths):

@@ -27,17 +27,19 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from vllm_fork.config import Config
+from vllm_fork.atomic import write_bytes_atomic, write_json_atomic
 from vllm_fork.errors import ExitCode, ForkError, OfflineError
 from vllm_fork.rebase.engine import RebaseConflict, start_rebase
 from vllm_fork.rebase.state import CONFLICT, load_state
-from vllm_fork.release import check, treevenv
+from vllm_fork.release import check
 from vllm_fork.release.check import has_series
-from vllm_fork.release.treevenv import TreeVenvError
 from vllm_fork.sources.fetch import PROJECT, Fetcher
 from vllm_fork.sources.pinner import pin_versions
-from vllm_fork.sources.pins import Pins, load_pins
+from vllm_fork.sources.pins import Pins
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.testing import treevenv
 from vllm_fork.testing.forktests import PROVEN, prove_failing, run_fork_tests
+from vllm_fork.testing.treevenv import TreeVenvError
 from vllm_fork.tree.apply import repo_of as find_git_dir
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ def index_releases(fetcher: Fetcher) -> list[Version]:
     return sorted(found)
 
 
-def newest_series(config: Config, pins: Pins) -> str:
+def newest_series(config: Workspace, pins: Pins) -> str:
     with_series = [v for v in pins.versions() if has_series(config, v)]
     if not with_series:
         raise ForkError("no pinned base has a series to rebase")
@@ -96,9 +98,20 @@ class UpdateReport:
             else ExitCode.FAILED
         )
 
-    def default_report_path(self, config: Config, suffix: str) -> Path:
+    def default_report_path(self, config: Workspace, suffix: str) -> Path:
         name = f"update-{self.onto_version}" if self.onto_version else "update"
         return config.root / "work" / f"{name}-report{suffix}"
+
+    def write_files(
+        self, config: Workspace, *, markdown: Path | None, json_file: Path | None
+    ) -> tuple[Path, Path]:
+        """The report as Markdown and JSON (default: beside the work tree, under
+        ``work/``), each written whole or not at all; the two paths."""
+        markdown = markdown or self.default_report_path(config, ".md")
+        json_file = json_file or self.default_report_path(config, ".json")
+        write_bytes_atomic(markdown, (format_update(self) + "\n").encode())
+        write_json_atomic(json_file, self.to_json())
+        return markdown, json_file
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,7 +165,7 @@ def _after_steps(onto: str) -> list[str]:
     ]
 
 
-def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Path | None:
+def _finished_by_hand(config: Workspace, version: str, work_dir: Path | None) -> Path | None:
     """The update tree of ``version`` when its rebase stopped earlier and has
     finished since (its report still says it needs a maintainer)."""
     tree = (work_dir or config.root / "work" / f"update-{version}").absolute()
@@ -171,9 +184,9 @@ def _finished_by_hand(config: Config, version: str, work_dir: Path | None) -> Pa
     return tree
 
 
-def _target(config: Config, fetcher: Fetcher) -> tuple[str | None, list[str]]:
+def _target(config: Workspace, fetcher: Fetcher) -> tuple[str | None, list[str]]:
     """The release to rebase onto and the releases newly pinned."""
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     newest_pinned = Version(pins.versions()[-1])
     new = [str(v) for v in index_releases(fetcher) if v > newest_pinned]
     if new:
@@ -186,14 +199,13 @@ def _target(config: Config, fetcher: Fetcher) -> tuple[str | None, list[str]]:
 
 
 def update(
-    config: Config, *, work_dir: Path | None = None, torch: str | None = None
+    config: Workspace, *, work_dir: Path | None = None, torch: str | None = None
 ) -> UpdateReport:
 
     if config.offline:
         raise OfflineError("update reads the package index for new releases; it cannot run offline")
-    fetcher = Fetcher(config)
-    onto, pinned = _target(config, fetcher)
-    pins = load_pins(config.bases_file)
+    onto, pinned = _target(config, config.fetcher)
+    pins = config.pins
     source = newest_series(config, pins)
     if onto is None:
         finished = _finished_by_hand(config, source, work_dir)
@@ -247,7 +259,7 @@ def progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _test(config: Config, tree: Path, torch: str | None, report: UpdateReport) -> None:
+def _test(config: Workspace, tree: Path, torch: str | None, report: UpdateReport) -> None:
     try:
         python = str(treevenv.ensure_tree_venv(config, tree, torch))
     except TreeVenvError as exc:  # the next update tries again

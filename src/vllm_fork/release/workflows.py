@@ -24,8 +24,7 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.config import Config
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.sources.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,9 @@ HEADER = (
 )
 
 
-def ci_bases(config: Config) -> list[str]:
+def ci_bases(config: Workspace) -> list[str]:
     """The bases the CI checks: bases.toml's supported ones, oldest first."""
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     return [v for v in pins.versions() if pins.bases[v].supported]
 
 
@@ -359,7 +358,7 @@ def _gitlab_paths() -> str:
     return "\n".join(lines)
 
 
-def generate(config: Config) -> dict[Path, str]:
+def generate(config: Workspace) -> dict[Path, str]:
     """Each generated file (relative to the repository) and its text."""
     bases = ci_bases(config)
     return {
@@ -369,7 +368,7 @@ def generate(config: Config) -> dict[Path, str]:
     }
 
 
-def job_list(config: Config) -> list[str]:
+def job_list(config: Workspace) -> list[str]:
     """One line per CI job the files define (what ``ci-workflows`` prints)."""
     bases = ci_bases(config)
     return [
@@ -383,7 +382,7 @@ def job_list(config: Config) -> list[str]:
     ]
 
 
-def drift(config: Config) -> list[str]:
+def drift(config: Workspace) -> list[str]:
     """A unified diff per generated file that differs from the committed one."""
     out: list[str] = []
     for rel, text in generate(config).items():
@@ -404,7 +403,7 @@ def drift(config: Config) -> list[str]:
     return out
 
 
-def write(config: Config) -> list[Path]:
+def write(config: Workspace) -> list[Path]:
     """Write the files that differ; returns those written."""
     written = []
     for rel, text in generate(config).items():

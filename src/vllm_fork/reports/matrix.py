@@ -29,7 +29,7 @@ from packaging.version import Version
 
 from vllm_fork import probes
 from vllm_fork.aiterpin import aiter_pin
-from vllm_fork.config import Config
+from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.facts import registry, state
 from vllm_fork.facts.names import tag_for
@@ -192,11 +192,11 @@ def row_key(sdist_sha256: str, series_sha: str, code_sha: str) -> str:
 # --- the row cache -----------------------------------------------------------------
 
 
-def _cache_file(config: Config, version: str, key: str) -> Path:
+def _cache_file(config: Workspace, version: str, key: str) -> Path:
     return config.cache.matrix_row(version, key)
 
 
-def load_cached_row(config: Config, version: str, key: str) -> ReleaseRow | None:
+def load_cached_row(config: Workspace, version: str, key: str) -> ReleaseRow | None:
     path = _cache_file(config, version, key)
     try:
         row = ReleaseRow.from_json(json.loads(path.read_text()))
@@ -209,14 +209,12 @@ def load_cached_row(config: Config, version: str, key: str) -> ReleaseRow | None
     return row
 
 
-def store_row(config: Config, key: str, row: ReleaseRow) -> None:
+def store_row(config: Workspace, key: str, row: ReleaseRow) -> None:
     path = _cache_file(config, row.version, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     for old in path.parent.glob(f"{row.version}-*.json"):
         old.unlink(missing_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(row.to_json(), indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, row.to_json(), indent=1)
 
 
 # --- applying the series without a work tree -----------------------------------------

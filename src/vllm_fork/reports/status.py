@@ -15,6 +15,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import (
@@ -214,10 +215,7 @@ def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[
             log.debug("ignoring the unreadable probe cache %s", path)
     tag = ensure_upstream(config, base, fetcher)
     findings = probe_all(GitTree(config.upstream_repo, tag))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({c: f.to_json() for c, f in findings.items()}, sort_keys=True))
-    tmp.replace(path)
+    write_json_atomic(path, {c: f.to_json() for c, f in findings.items()})
     return findings
 
 

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
 from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ExitCode, ForkError
@@ -40,10 +41,9 @@ from vllm_fork.facts.state import (
 from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
-from vllm_fork.series.patches import BUILD_FULL, load_series
-from vllm_fork.sources.pins import load_pins
+from vllm_fork.series.patches import BUILD_FULL
 from vllm_fork.sources.upstream import imported_sha256
-from vllm_fork.sources.workspace import load_config
+from vllm_fork.sources.workspace import Workspace, load_config
 from vllm_fork.testing.forktests import is_test_module
 
 log = logging.getLogger(__name__)
@@ -79,14 +79,14 @@ def base_cell(
     return state
 
 
-def readme_table(root: Path) -> str:
+def readme_table(config: Workspace) -> str:
     """Per base that has a series (the default marked), the state of every change."""
-    pins = load_pins(root / "bases.toml")
-    versions = [v for v in pins.versions() if store.has_series(root / "series", v)]
+    pins = config.pins
+    versions = [v for v in pins.versions() if store.has_series(config.series_root, v)]
     parts: dict[str, dict[str, list[str]]] = {}
     full_only: dict[str, set[str]] = {}
     for version in versions:
-        series = load_series(root / "series" / version)
+        series = config.series(version)
         by_change: dict[str, list[str]] = {}
         builds: dict[str, set[str]] = {}  # Fork-Build of each change's `change` patches
         for header in series.headers:
@@ -97,7 +97,7 @@ def readme_table(root: Path) -> str:
         full_only[version] = {c for c, b in builds.items() if b == {BUILD_FULL}}
     # One row per base: twenty bases side by side would not fit a screen.
     changes = registry.changes()
-    header = ["base", *(f"{c.id} ({f'#{c.pr}' if c.pr else 'vendor'})" for c in changes)]
+    columns = ["base", *(f"{c.id} ({f'#{c.pr}' if c.pr else 'vendor'})" for c in changes)]
     rows = [
         [
             f"{v} (default)" if v == pins.default else v,
@@ -105,7 +105,7 @@ def readme_table(root: Path) -> str:
         ]
         for v in versions
     ]
-    return _table(header, rows)
+    return _table(columns, rows)
 
 
 def _ranges(landings: list[registry.Landing]) -> str:
@@ -131,7 +131,7 @@ def _files(change: registry.Change) -> str:
     return ", ".join(cells)
 
 
-def changes_table(_root: Path | None = None) -> str:
+def changes_table(_config: Workspace | None = None) -> str:
     """Per change: its upstream PR, where it lands and the first release with it."""
     rows = [
         [
@@ -149,7 +149,7 @@ def changes_table(_root: Path | None = None) -> str:
     return _table(["id", "upstream PR", "files in the vLLM tree", "first upstream release"], rows)
 
 
-def hardening_table(_root: Path | None = None) -> str:
+def hardening_table(_config: Workspace | None = None) -> str:
     rows = [
         [
             f"`{c.id}`",
@@ -163,12 +163,12 @@ def hardening_table(_root: Path | None = None) -> str:
     return _table(["change", "hardening item", "what it adds", "bases"], rows)
 
 
-def series_tests(root: Path) -> dict[str, set[str]]:
+def series_tests(config: Workspace) -> dict[str, set[str]]:
     """Change id -> the test modules its patches add or change, over every series:
     a backported fix brings its tests as data, with no registry edit."""
     out: dict[str, set[str]] = {}
-    for version in store.versions(root / "series"):
-        series = load_series(root / "series" / version)
+    for version in store.versions(config.series_root):
+        series = config.series(version)
         for patch, header in zip(series.patches, series.headers, strict=True):
             text = patch.read_text(encoding="utf-8", errors="replace")
             found = {p for p in touched_paths(text, patch.name) if is_test_module(p)}
@@ -176,8 +176,8 @@ def series_tests(root: Path) -> dict[str, set[str]]:
     return out
 
 
-def lifecycle_table(root: Path | None = None) -> str:
-    found = series_tests(root) if root is not None else {}
+def lifecycle_table(config: Workspace | None = None) -> str:
+    found = series_tests(config) if config is not None else {}
     rows = [
         [
             f"`{c.id}`",
@@ -190,9 +190,6 @@ def lifecycle_table(root: Path | None = None) -> str:
     return _table(["change", "why the fork carries it", "retire", "fork tests"], rows)
 
 
-# Whether the known-issue table may fetch a release that is not in the cache
-# (``--write --fetch``); otherwise such a release keeps the cells the document has.
-FETCH_MISSING = False
 _SHORT = {
     "not affected": "-",
     "fixed upstream": "upstream",
@@ -232,11 +229,10 @@ def _current_cells(root: Path) -> dict[tuple[str, str], str]:
 AITER_ROW = "AITER pinned (docker/Dockerfile.rocm_base)"
 
 
-def known_issues_table(root: Path) -> str:
+def known_issues_table(config: Workspace) -> str:
     """The register (one row per entry) and each entry's state on every base with
-    its series, probed from the cached upstream sources; a release not in the
-    cache keeps the README's cell (``--write --fetch`` fetches it)."""
-    config = load_config(root=root, offline=not FETCH_MISSING)
+    its series, probed from the cached upstream sources; offline, a release not in
+    the cache keeps the README's cell (``--write --fetch`` fetches it)."""
     issues = config.known_issues
     if not issues:
         return "known-issues.toml lists none."
@@ -248,13 +244,16 @@ def known_issues_table(root: Path) -> str:
         rows.append([f"`{issue.id}`", f"{issue.title} ({links})", issue.change, decision])
     out = [_table(["entry", "upstream", "change", "decision"], rows), ""]
     versions = list(pins.versions())
-    current = _current_cells(root)
+    current = _current_cells(config.root)
     cells: dict[str, dict[str, str]] = {i.id: {} for i in issues}
     aiter: dict[str, str] = {}
     for version in versions:
         base = pins.get(version)
         states = None
-        if FETCH_MISSING or imported_sha256(config.upstream_repo, version) == base.sdist.sha256:
+        if (
+            not config.offline
+            or imported_sha256(config.upstream_repo, version) == base.sdist.sha256
+        ):
             try:
                 states = {s.issue: s.state for s in base_issue_states(config, version)}
                 aiter[version] = base_aiter(config, version) or "-"
@@ -279,7 +278,7 @@ def known_issues_table(root: Path) -> str:
     return "\n".join(out)
 
 
-TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
+TABLES: dict[str, tuple[str, Callable[[Workspace], str]]] = {
     "readme": (README, readme_table),
     "known-issues": (README, known_issues_table),
     "changes": (CHANGES_DOC, changes_table),
@@ -288,26 +287,27 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
 }
 
 
-def render(text: str, root: Path, document: str) -> str:
+def render(text: str, config: Workspace, document: str) -> str:
     """``text`` (the document) with every generated table of it replaced."""
     for name, (doc, make) in TABLES.items():
         if doc != document:
             continue
         begin = _BEGIN.format(name=name)
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(_END), re.DOTALL)
-        if not pattern.search(text):
+        found = pattern.search(text)
+        if not found:
             raise ValueError(f"{document} has no generated block {name!r} (line {begin!r})")
-        block = f"{begin}\n{make(root)}\n{_END}"
-        text = pattern.sub(lambda _m, b=block: b, text, count=1)
+        block = f"{begin}\n{make(config)}\n{_END}"
+        text = text[: found.start()] + block + text[found.end() :]
     return text
 
 
-def stale(root: Path) -> list[str]:
+def stale(config: Workspace) -> list[str]:
     """The documents whose generated tables differ from the registry's."""
     out = []
     for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
-        text = (root / document).read_text(encoding="utf-8")
-        if render(text, root, document) != text:
+        text = (config.root / document).read_text(encoding="utf-8")
+        if render(text, config, document) != text:
             out.append(document)
     return out
 
@@ -327,11 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fetch the releases the known-issue table needs that are not in the cache",
     )
     args = parser.parse_args(argv)
-    global FETCH_MISSING
-    FETCH_MISSING = args.fetch
     root = args.root if args.root is not None else find_root()
+    config = load_config(root=root, offline=not args.fetch)
     if args.check:
-        bad = stale(root)
+        bad = stale(config)
         for document in bad:
             print(f"{document}: change tables differ from the registry", file=sys.stderr)
         return ExitCode.FAILED if bad else ExitCode.OK
@@ -339,13 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
             path = root / document
             text = path.read_text(encoding="utf-8")
-            new = render(text, root, document)
+            new = render(text, config, document)
             if new != text:
-                path.write_text(new, encoding="utf-8")
+                write_bytes_atomic(path, new.encode())
                 log.info(f"rewrote the change tables of {document}")
         return ExitCode.OK
     for name, (document, make) in TABLES.items():
-        print(f"{document} ({name}):\n{make(root)}\n")
+        print(f"{document} ({name}):\n{make(config)}\n")
     return ExitCode.OK
 
 

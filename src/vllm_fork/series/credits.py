@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_fork import log as messages
+from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
 from vllm_fork.errors import ExitCode, ForkError, SeriesError
 from vllm_fork.facts import registry
@@ -175,9 +175,7 @@ def rewrite_credit(path: Path) -> bool:
         new = _with_credit(new, path.name, *expected)
     if new == lines:
         return False
-    partial = path.with_name(f".{path.name}.credit")
-    partial.write_bytes("".join(new).encode("utf-8"))
-    os.replace(partial, path)  # a reader sees the old file or the new one, never half
+    write_bytes_atomic(path, "".join(new).encode("utf-8"))  # old or new, never half
     return True
 
 

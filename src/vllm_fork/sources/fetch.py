@@ -8,12 +8,12 @@ atomically on success and removed on any failure.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -23,7 +23,8 @@ from pypi_simple import DistributionPackage, NoSuchProjectError, ProjectPage, Py
 from pypi_simple.progress import ProgressTracker, null_progress_tracker, tqdm_progress_factory
 
 from vllm_fork import __version__, faults
-from vllm_fork.config import ENV_CACHE, Config
+from vllm_fork.atomic import place_file
+from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import (
     CacheError,
     ForkError,
@@ -38,6 +39,10 @@ from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempfile
 from vllm_fork.sources.pins import FilePin
 from vllm_fork.sources.pipconf import PipConfig, load_pip_config
+
+if TYPE_CHECKING:
+    from vllm_fork.sources.workspace import Workspace
+
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +151,7 @@ class Located:
 class Fetcher:
     """Download and verify pinned files into the cache."""
 
-    def __init__(self, config: Config, pip: PipConfig | None = None) -> None:
+    def __init__(self, config: Workspace, pip: PipConfig | None = None) -> None:
         self.config = config
         self._pip = pip
         self._pages: dict[str, list[Located]] = {}
@@ -290,8 +295,7 @@ class Fetcher:
                     f"sha256 mismatch for {pin.filename} from {located.index.display}: "
                     f"expected {pin.sha256}, got {actual}; the download was discarded"
                 )
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
+            place_file(tmp, path, shared=True)
             faults.point("fetch.store")
             self._remember(path, actual)
         except ForkError:

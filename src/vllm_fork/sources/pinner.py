@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from email.parser import HeaderParser
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from vllm_fork.config import Config
 from vllm_fork.errors import NotOnIndexError
 from vllm_fork.sources.fetch import PROJECT, Fetcher, Located
 from vllm_fork.sources.pins import (
@@ -14,10 +15,12 @@ from vllm_fork.sources.pins import (
     FilePin,
     Pins,
     check_version,
-    load_pins,
     pick_wheel,
     save_pins,
 )
+
+if TYPE_CHECKING:
+    from vllm_fork.sources.workspace import Workspace
 
 
 def _torch_pin(located: Located) -> str | None:
@@ -46,10 +49,10 @@ def _torch_pin(located: Located) -> str | None:
 
 
 def pin_versions(
-    config: Config, fetcher: Fetcher, versions: list[str], *, supported: bool, default: bool
+    config: Workspace, fetcher: Fetcher, versions: list[str], *, supported: bool, default: bool
 ) -> Pins:
     """Pin ``versions`` from the index into bases.toml and return the new pins."""
-    pins = load_pins(config.bases_file)
+    pins = copy.deepcopy(config.pins)  # edited, then written
     files = fetcher.project_files(PROJECT)
     by_name: dict[str, Located] = {}
     for located in files:

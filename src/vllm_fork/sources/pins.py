@@ -13,6 +13,7 @@ import tomli_w
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.atomic import write_text_atomic
 from vllm_fork.errors import ConfigError, UnknownVersionError, UnsupportedBaseError, UsageError
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def require_supported(config: Any, base: Base, *, allow: bool) -> None:
     if allow:
         log.warning("%s; using it anyway (--allow-unsupported)", why)
         return
-    pins = load_pins(config.bases_file)
+    pins = config.pins
     supported = ", ".join(v for v in pins.versions() if pins.bases[v].supported) or "none"
     raise UnsupportedBaseError(
         f"{why}; supported bases: {supported} (pass --allow-unsupported to use it anyway)"
@@ -245,10 +246,7 @@ def dump_pins(pins: Pins) -> str:
 
 
 def save_pins(path: Path, pins: Pins) -> None:
-    text = dump_pins(pins)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, dump_pins(pins))
 
 
 def check_version(version: str) -> str:

@@ -24,18 +24,19 @@ by the build and checked against the pin.
 
 from __future__ import annotations
 
+import copy
 import logging
-import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from vllm_fork.config import Config
+from vllm_fork.atomic import place_file
 from vllm_fork.errors import HashMismatchError, NotOnIndexError, UsageError
 from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock, owned_tempfile
@@ -44,10 +45,12 @@ from vllm_fork.sources.pins import (
     Pins,
     RocmPin,
     check_version,
-    load_pins,
     rocm_version_of,
     save_pins,
 )
+
+if TYPE_CHECKING:
+    from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ def parse_candidate(
     return Candidate(filename, version.public, version.local, python, build, sha256, url, path)
 
 
-def _index_candidates(url: str, config: Config, fetcher: Fetcher) -> list[Candidate]:
+def _index_candidates(url: str, config: Workspace, fetcher: Fetcher) -> list[Candidate]:
     index = Index(url, fetcher.pip)
     packages = index.packages(PROJECT)
     if packages is None:
@@ -152,7 +155,7 @@ def choose(
     return max(chosen, key=lambda c: (c.build, c.filename))
 
 
-def _store_local(config: Config, path: Path, digest: str) -> None:
+def _store_local(config: Workspace, path: Path, digest: str) -> None:
     """Copy a local wheel into the download cache (``dist/``), checked against ``digest``."""
     with cache_lock(config.cache_dir):
         target = config.dist_dir / path.name
@@ -164,14 +167,13 @@ def _store_local(config: Config, path: Path, digest: str) -> None:
             shutil.copyfile(path, tmp)
             if sha256_file(tmp) != digest:
                 raise NotOnIndexError(f"{path} changed while it was being pinned")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
+            place_file(tmp, target, shared=True)
         finally:
             tmp.unlink(missing_ok=True)
 
 
 def pin_rocm(
-    config: Config,
+    config: Workspace,
     fetcher: Fetcher,
     version: str,
     *,
@@ -182,7 +184,7 @@ def pin_rocm(
 ) -> tuple[Pins, RocmPin]:
     """Record upstream's ROCm wheel of the pinned base ``version`` in bases.toml."""
     version = check_version(version)
-    pins = load_pins(config.bases_file)
+    pins = copy.deepcopy(config.pins)  # edited, then written
     base = pins.get(version)
     if (index is None) == (wheel is None):
         raise UsageError("pin a ROCm wheel from one source: --rocm-index URL|DIR or --rocm-wheel")
@@ -242,7 +244,7 @@ def pin_rocm(
 
 
 def ensure_rocm_wheel(
-    config: Config, pin: RocmPin, index: str | None = None, fetcher: Fetcher | None = None
+    config: Workspace, pin: RocmPin, index: str | None = None, fetcher: Fetcher | None = None
 ) -> Path:
     """The pinned ROCm wheel, verified, from the cache or downloaded from ``index`` (else the
     index it was pinned from)."""
@@ -265,4 +267,4 @@ def ensure_rocm_wheel(
                     f"sha256 mismatch for {pin.filename} in {local}: expected {pin.sha256}"
                 )
             _store_local(config, src, pin.sha256)
-    return (fetcher or Fetcher(config)).ensure(pin.file, index=where)
+    return (fetcher or config.fetcher).ensure(pin.file, index=where)

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from vllm_fork import faults
+from vllm_fork.atomic import place_dir
 from vllm_fork.errors import UnsafeArchiveError, fs_fault, is_fs_fault
 
 MAX_TOTAL_BYTES = 4 << 30  # a vLLM sdist unpacks to ~100 MB; refuse archive bombs
@@ -78,8 +79,16 @@ def _make_filter(top: str):  # type: ignore[no-untyped-def]
         if not rel:
             return None
         mode = 0o755 if member.isdir() or member.mode & 0o111 else 0o644
+        # None: the owner is not set on extraction (tarfile's documented meaning; its
+        # type stubs say int/str)
         member = member.replace(
-            name=rel, mode=mode, uid=None, gid=None, uname=None, gname=None, deep=False
+            name=rel,
+            mode=mode,
+            uid=None,  # type: ignore[arg-type]
+            gid=None,  # type: ignore[arg-type]
+            uname=None,  # type: ignore[arg-type]
+            gname=None,  # type: ignore[arg-type]
+            deep=False,
         )
         try:
             return data_filter(member, dest)
@@ -126,7 +135,7 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
                 raise UnsafeArchiveError(f"{archive.name} unpacks to {total} bytes: too large")
             # Every member was checked above; the filter re-checks and strips the top directory.
             tar.extractall(staging, members=members, filter=_make_filter(top))
-        os.rename(staging, dest)
+        place_dir(staging, dest)
     except UnsafeArchiveError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise UnsafeArchiveError(f"{archive.name}: {exc}") from exc
@@ -135,9 +144,9 @@ def safe_extract(archive: Path, dest: Path, top: str) -> None:
         if not is_fs_fault(exc) and exc.errno in ARCHIVE_NAME_ERRNOS:
             # a name too long, a path too deep, a file where a directory is: the
             # archive's names, whatever the disk
-            member = _member_name(exc.filename, staging)
+            bad = _member_name(exc.filename, staging)
             raise UnsafeArchiveError(
-                f"{archive.name}: member {member!r} cannot be created: "
+                f"{archive.name}: member {bad!r} cannot be created: "
                 f"{exc.strerror or exc} (the archive's names are at fault, not the disk)"
             ) from exc
         if is_fs_fault(exc) or exc.errno is not None:

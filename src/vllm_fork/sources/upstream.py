@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fork import faults
+from vllm_fork.atomic import place_dir, write_json_atomic
 from vllm_fork.config import ENV_CACHE
 from vllm_fork.errors import CacheCorruptError, CacheError, ForkError, UnsafeArchiveError
 from vllm_fork.facts.names import UPSTREAM, commit_identity, tag_for
@@ -63,7 +64,7 @@ def init_repo(repo: Path, tmp_dir: Path | None = None) -> None:
         if repo.exists():
             # a directory without HEAD: left by an older tool; ours to replace
             shutil.rmtree(repo)
-        os.rename(staged, repo)
+        place_dir(staged, repo)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -89,11 +90,7 @@ def _load_record(config: Workspace) -> dict[str, Any]:
 
 
 def _save_record(config: Workspace, record: dict[str, Any]) -> None:
-    path = _record_path(config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(_record_path(config), record, indent=1)
 
 
 def _pack_files(repo: Path) -> list[Path]:

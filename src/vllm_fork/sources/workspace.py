@@ -23,11 +23,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vllm_fork.cache import CacheLayout
 from vllm_fork.config import (
     BASES_FILE,
     ENV_OFFLINE,
     ENV_ROOT,
-    Config,
+    KNOWN_ISSUES_FILE,
     default_cache_dir,
     discovered_root,
     find_root,
@@ -66,8 +67,45 @@ def stamp(paths: list[Path]) -> Stamp:
 
 
 @dataclass(frozen=True)
-class Workspace(Config):
-    """A :class:`Config` that also holds what it loads (memoized per instance)."""
+class Workspace:
+    """The one configuration of a command: where the repository and the cache are,
+    whether the network may be used, and what it loads from them (memoized per
+    instance)."""
+
+    root: Path
+    cache_dir: Path
+    offline: bool = False
+
+    @property
+    def bases_file(self) -> Path:
+        return self.root / BASES_FILE
+
+    @property
+    def known_issues_file(self) -> Path:
+        return self.root / KNOWN_ISSUES_FILE
+
+    @property
+    def series_root(self) -> Path:
+        return self.root / "series"
+
+    def series_dir(self, version: str) -> Path:
+        return self.series_root / version
+
+    @property
+    def cache(self) -> CacheLayout:
+        return CacheLayout(self.cache_dir)
+
+    @property
+    def dist_dir(self) -> Path:
+        return self.cache.downloads
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.cache.tmp
+
+    @property
+    def upstream_repo(self) -> Path:
+        return self.cache.upstream_git
 
     @cached_property
     def _loaded(self) -> dict[Any, tuple[Stamp, Any]]:

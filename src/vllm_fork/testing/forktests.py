@@ -463,3 +463,40 @@ def format_proofs(proofs: Sequence[FailProof]) -> str:
             f"| {with_} | {without} | {proof.verdict} |"
         )
     return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class TreeCheck:
+    """`vllm-fork test`: the fork tests of a work tree and, when asked, the
+    prove-fail of each of its patches."""
+
+    outcome: PytestOutcome
+    proofs: tuple[FailProof, ...] | None = None  # None: prove-fail not asked for
+
+    @property
+    def proven(self) -> bool:
+        return self.proofs is None or all(proof.ok for proof in self.proofs)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.green and self.proven
+
+
+def check_tree(
+    tree: Path,
+    python: str,
+    pytest_args: Sequence[str] = (),
+    *,
+    prove: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> TreeCheck:
+    """The fork tests of ``tree`` with ``python`` (in the ROCm simulation where the
+    tree has it), and with ``prove`` each change/hardening patch's tests without it."""
+    tree = tree.absolute()
+    if os.sep in python:
+        # pytest runs from the tree's root: a relative interpreter path must not move
+        python = str(Path(python).absolute())
+    extra = [*sim_plugin_args(tree), *pytest_args]
+    outcome = run_fork_tests(tree, python, extra)
+    proofs = tuple(prove_failing(tree, python, extra, log=log)) if prove else None
+    return TreeCheck(outcome, proofs)

@@ -28,13 +28,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.config import find_root
 from vllm_fork.errors import ConfigError, ForkError, UsageError
 from vllm_fork.git import run_git
+from vllm_fork.sources.workspace import Workspace
 from vllm_fork.testing.forktests import PatchCommit, patch_commits, sim_dir
+from vllm_fork.tree.materialize import materialize
 
 log = logging.getLogger(__name__)
 
@@ -272,12 +275,13 @@ def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12")
         for rel in commit.test_files:
             if rel in fork_kernel_tests and commit.part in ("change", "hardening"):
                 guards.setdefault(commit.subject, []).append(rel)
-    missing = []
+    missing: list[str] = []
     for n, (subject, files) in enumerate(sorted(guards.items()), 1):
-        commit = _find_patch(commits, subject)
-        if commit is None:
+        found = _find_patch(commits, subject)
+        if found is None:
             missing.append(subject)
             continue
+        commit = found
         overlay = f"without/{n:02d}"
         changed = _overlay(tree, commit, out / overlay, paths)
         sim_files = tuple(f for f in files if f in sim_tests)
@@ -331,3 +335,15 @@ def write_bundle(tree: Path, base: str, out: Path, python_version: str = "3.12")
 
 def bundle_size(out: Path) -> int:
     return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+
+def bundle_base(
+    config: Workspace, version: str, out: Path, *, tree: Path | None, python_version: str
+) -> dict:
+    """:func:`write_bundle` of ``tree`` (a work tree of the base ``version``), else of
+    a fresh materialize of the base in a temporary directory; the manifest."""
+    if tree is not None:
+        return write_bundle(tree.absolute(), version, out, python_version)
+    with tempfile.TemporaryDirectory(prefix="vllm-fork-bundle-") as tmp:
+        result = materialize(config, version, Path(tmp) / "tree")
+        return write_bundle(result.path, version, out, python_version)

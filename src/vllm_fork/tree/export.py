@@ -18,7 +18,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, run_git
@@ -27,7 +26,7 @@ from vllm_fork.series import store
 from vllm_fork.series.credits import FORK_FROM
 from vllm_fork.series.patches import PatchHeader, parse_patch, validate_header
 from vllm_fork.series.precompiled import OVERWRITTEN_PREFIXES
-from vllm_fork.sources.workspace import recorded_workspace
+from vllm_fork.sources.workspace import Workspace, recorded_workspace
 from vllm_fork.tree.commits import series_commits, tree_base
 from vllm_fork.tree.materialize import BRANCH, tree_repository
 
@@ -96,7 +95,7 @@ def _number(name: str) -> str:
     return name.split("-", 1)[0]
 
 
-def export(config: Config, tree: Path, *, force: bool = False) -> ExportResult:
+def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResult:
     """Write the tree's commits as series/<V>/ of the repository the tree was
     made from (refused when the current checkout is another one).
 

@@ -9,13 +9,13 @@ config (``vllm-fork.base``) for ``export``.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork import faults
+from vllm_fork.atomic import place_dir
 from vllm_fork.diffs import file_hunks
 from vllm_fork.errors import (
     ForkError,
@@ -30,6 +30,7 @@ from vllm_fork.errors import (
 from vllm_fork.facts.names import FORK, commit_identity, tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import clear_owned, dir_lock, owned_tempdir
+from vllm_fork.sources.pins import require_supported
 from vllm_fork.sources.upstream import ensure_upstream
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.apply import MERGE_CONFIG, apply_problems, last_line
@@ -157,6 +158,7 @@ def materialize(
     keep_failed: bool = False,
     internal: bool = False,
     exclude: Collection[str] = (),
+    allow_unsupported: bool = True,
 ) -> MaterializeResult:
     """Create ``dest`` as the work tree of base ``version`` plus its series.
 
@@ -168,8 +170,10 @@ def materialize(
     (``<cache>/work``), for build and audit trees. ``exclude``: file names of
     patches to leave out (internal trees only: a precompiled build leaves out
     the ``Fork-Build: full`` patches; a user's tree always has the whole series).
+    ``allow_unsupported`` False: a base bases.toml does not mark supported is refused.
     """
     base = config.base(version)
+    require_supported(config, base, allow=allow_unsupported)
     dest = dest.absolute()
     if exclude and not internal:
         raise UsageError("only the tool's own build trees may leave patches out of the series")
@@ -199,9 +203,8 @@ def materialize(
 
 
 def _place(tree: Path, dest: Path) -> None:
-    faults.point("materialize.rename")
     try:
-        os.rename(tree, dest)
+        place_dir(tree, dest, fault="materialize.rename")
     except OSError as exc:
         if is_fs_fault(exc):
             raise fs_fault(exc, dest, "moving the finished tree into place") from exc

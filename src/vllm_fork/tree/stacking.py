@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_fork.config import Config
 from vllm_fork.facts.names import commit_identity, tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import cache_lock
+from vllm_fork.sources.workspace import Workspace
 
 IMPORT_REF_PREFIX = "refs/vllm-fork/import/"
 
@@ -29,7 +29,7 @@ def _message(tree: Path, commit: str) -> bytes:
     return message if sep else b""
 
 
-def stack_upstream(config: Config, tree: Path, version: str, parent: str) -> str:
+def stack_upstream(config: Workspace, tree: Path, version: str, parent: str) -> str:
     """Commit upstream ``version``'s tree onto ``parent`` in ``tree``; return the commit id.
 
     The objects come from the cache by a local fetch (only those the work

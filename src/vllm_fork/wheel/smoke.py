@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.inside import script
-from vllm_fork.build.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
-from vllm_fork.build.wheelfile import Wheel, format_findings
-from vllm_fork.config import Config
 from vllm_fork.errors import ForkError
 from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.state import PART_CHANGE, carries
 from vllm_fork.probes import DirTree, base_findings, probe_all
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel.inside import script
+from vllm_fork.wheel.provenance import PACKAGE_PATH, ProvenanceError, from_wheel, loads
+from vllm_fork.wheel.wheelfile import Wheel, format_findings
 
 
 class SmokeFailed(ForkError):
@@ -109,7 +109,7 @@ def check_changes(
 
 
 def smoke(
-    config: Config,
+    config: Workspace,
     wheel_path: Path | None,
     *,
     venv: Path | None = None,

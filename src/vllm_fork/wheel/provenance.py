@@ -31,9 +31,9 @@ from vllm_fork.hashing import sha256_bytes
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, ORIGIN_BACKPORT, origin_fields
 
 if TYPE_CHECKING:
-    from vllm_fork.build.wheelfile import Wheel
     from vllm_fork.series.patches import Series
     from vllm_fork.sources.pins import Base, RocmPin
+    from vllm_fork.wheel.wheelfile import Wheel
 
 SCHEMA = 1
 PACKAGE_PATH = "vllm/_fork_provenance.json"

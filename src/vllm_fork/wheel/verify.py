@@ -2,7 +2,7 @@
 
 Checks, each reported as one line:
 - every member matches its RECORD hash and size, and RECORD lists every member;
-  each finding of :meth:`~vllm_fork.build.wheelfile.Wheel.check` (a malformed
+  each finding of :meth:`~vllm_fork.wheel.wheelfile.Wheel.check` (a malformed
   RECORD row, an unsafe member name, a link or device member, a zip bomb, a
   damaged member) is one line naming the member;
 - the provenance record is present and well formed;
@@ -26,16 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.audit import NoBaselineError, audit_wheel
-from vllm_fork.build.provenance import (
-    PACKAGE_PATH,
-    MalformedRecord,
-    PatchEntry,
-    left_out_files,
-    make_record,
-    parse,
-)
-from vllm_fork.build.wheelfile import Wheel, WheelError, format_findings
 from vllm_fork.errors import ForkError
 from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.series.forkversion import (
@@ -47,6 +37,16 @@ from vllm_fork.series.forkversion import (
 )
 from vllm_fork.series.precompiled import left_out_of
 from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel.audit import NoBaselineError, audit_wheel
+from vllm_fork.wheel.provenance import (
+    PACKAGE_PATH,
+    MalformedRecord,
+    PatchEntry,
+    left_out_files,
+    make_record,
+    parse,
+)
+from vllm_fork.wheel.wheelfile import Wheel, WheelError, format_findings
 
 _VERSION_PY = re.compile(r"^__version__ = version = ['\"]([^'\"]+)['\"]", re.MULTILINE)
 
@@ -106,7 +106,7 @@ def _compare_patches(
 
 # A further check of the wheel, given its record and the pinned base as a record
 # gives it: (ok lines, mismatch lines). The release files beside the wheel are
-# checked this way (vllm_fork.deploy.verify_release), above this layer.
+# checked this way (vllm_fork.deploy.release_files.verify_release), above this layer.
 RecordCheck = Callable[[Path, dict[str, Any], dict[str, Any]], tuple[list[str], list[str]]]
 
 

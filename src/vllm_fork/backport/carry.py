@@ -34,14 +34,13 @@ commit + ``export``, so the series are stored however ``export`` stores them.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from typing import Any
 from packaging.version import Version
 
 from vllm_fork import __version__, faults
-from vllm_fork.atomic import write_json_atomic
+from vllm_fork.atomic import place_dir, write_json_atomic
 from vllm_fork.config import BASES_FILE
 from vllm_fork.errors import ForkError, UsageError
 from vllm_fork.facts import registry
@@ -59,6 +58,7 @@ from vllm_fork.series import store
 from vllm_fork.series.patches import TrailerFields, series_digest
 from vllm_fork.sources.workspace import Workspace, load_config
 from vllm_fork.sourcetree import DirTree
+from vllm_fork.transaction import StateFile, TreeCommit, plan_writes
 from vllm_fork.tree import apply
 from vllm_fork.tree.apply import applier, repo_of, tree_of
 from vllm_fork.tree.commits import SeriesCommit, read_commits, series_commits, tree_base
@@ -268,7 +268,9 @@ class Backport:
         self.config = config
         self.state_dir = state_dir
         self.source = source
-        self.state_file = state_dir / "state.json"
+        self.state_file = StateFile(
+            state_dir / "state.json", SCHEMA, tool=__version__, what="backport state"
+        )
         self.stage = state_dir / "stage"
         self.source_git = state_dir / "source.git"
         self._lock = threading.Lock()
@@ -276,20 +278,16 @@ class Backport:
         self.state = self._load()
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            data = None
-        except (OSError, ValueError):
-            log.warning("ignoring the unreadable backport state %s", self.state_file)
-            data = None
-        if data is None or data.get("schema") != SCHEMA or data.get("tool") != __version__:
-            data = {"schema": SCHEMA, "tool": __version__, "results": {}}
-        return data
+        return self.state_file.load() or {"results": {}}
 
     def save(self) -> None:
         with self._lock:
-            write_json_atomic(self.state_file, self.state)
+            self.state_file.save(self.state)
+
+    @property
+    def transaction(self) -> TreeCommit:
+        """Writing the staged series into series/ (journaled in the state)."""
+        return TreeCommit(self.state, self.save, fault="backport.commit")
 
     # -- results --
 
@@ -340,7 +338,7 @@ class Backport:
                     shutil.rmtree(tmp / "series" / version, ignore_errors=True)
                     shutil.copytree(old / version, tmp / "series" / version, symlinks=True)
             shutil.rmtree(self.stage)
-        os.replace(tmp, self.stage)
+        place_dir(tmp, self.stage)
         self.state["series_at_start"] = start
         self.save()
 
@@ -352,52 +350,18 @@ class Backport:
         with self._export_lock:
             export(stage_config, tree)
 
-    def pending_writes(self) -> tuple[list[str], list[str]]:
-        """Paths under series/ (relative) that the stage writes and removes."""
-        real, staged = self.config.series_root, self.stage / "series"
-        write = []
-        for path in sorted(staged.rglob("*")):
-            if not path.is_file():
-                continue
-            rel = path.relative_to(staged)
-            target = real / rel
-            if not target.is_file() or target.read_bytes() != path.read_bytes():
-                write.append(str(rel))
-        # the index last: until it is replaced it names only variants already there
-        write.sort(key=lambda rel: rel == store.INDEX_FILE)
-        remove = [
-            str(p.relative_to(real))
-            for p in sorted(real.rglob("*"))
-            if p.is_file() and not (staged / p.relative_to(real)).is_file()
-        ]
-        return write, remove
-
     def commit(self) -> list[str]:
         """Write the staged series into series/ (all of them, or, when killed,
         all of them on the next run)."""
-        journal = self.state.get("commit")
-        if journal is None:
-            if _digest_dir(self.config.series_root) != self.state.get("series_at_start"):
-                raise UsageError(
-                    "series/ changed while the backport ran; run it again with --restart"
-                )
-            write, remove = self.pending_writes()
-            journal = self.state["commit"] = {"write": write, "remove": remove, "done": False}
-            self.save()
-        if not journal["done"]:
-            real, staged = self.config.series_root, self.stage / "series"
-            for rel in journal["write"]:
-                target = real / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.backport")
-                shutil.copyfile(staged / rel, tmp)
-                os.replace(tmp, target)
-                faults.point("backport.commit")
-            for rel in journal["remove"]:
-                (real / rel).unlink(missing_ok=True)
-            journal["done"] = True
-            self.save()
-        return [*journal["write"], *journal["remove"]]
+        real, staged = self.config.series_root, self.stage / "series"
+        transaction = self.transaction
+        if transaction.journal is not None:
+            return transaction.run(real, staged, [], [])
+        if _digest_dir(real) != self.state.get("series_at_start"):
+            raise UsageError("series/ changed while the backport ran; run it again with --restart")
+        # the index last: until it is replaced it names only variants already there
+        write, remove = plan_writes(real, staged, last=[store.INDEX_FILE])
+        return transaction.run(real, staged, write, remove)
 
     # -- one base --
 
@@ -502,7 +466,7 @@ def _keep_source(config: Workspace, state_dir: Path, tree: Path, commit: str) ->
         run_git(["init", "-q", "--bare", tmp], env=git_env(isolated=True))
         alternates = tmp / "objects" / "info" / "alternates"
         alternates.write_text(f"{(config.upstream_repo / 'objects').resolve()}\n")
-        os.replace(tmp, repo)
+        place_dir(tmp, repo)
     run_git(["fetch", "-q", "--no-tags", tree, f"+{commit}:{SOURCE_REF}"], cwd=repo)
 
 
@@ -581,13 +545,12 @@ def backport(
     run = Backport(config, state_dir, source)
     run.state["source"] = asdict(source)
     run.state["targets"] = list(targets)
-    journal = run.state.get("commit")
-    if journal is not None and not journal.get("done"):
-        written = run.commit()  # a run killed while writing: finish it first
-        return Report(source, _results(run, targets), written, state_dir, list(targets))
-    if journal is not None and journal.get("done"):
+    if run.transaction.interrupted:
+        finished = run.commit()  # a run killed while writing: finish it first
+        return Report(source, _results(run, targets), finished, state_dir, list(targets))
+    if run.transaction.done:
         # a finished run of the same commit: the series now carry it; start afresh
-        run.state = {"schema": SCHEMA, "tool": __version__, "results": {}}
+        run.state = {"results": {}}
         shutil.rmtree(run.stage, ignore_errors=True)
     run.ensure_stage()
     reused = []
@@ -605,9 +568,9 @@ def backport(
         ThreadPoolExecutor(max_workers=workers) as checking,
     ):
         pending = [preparing.submit(run.prepare, v) for v in todo]
-        finishing = []
-        for future in as_completed(pending):
-            prepared = future.result()
+        finishing: list[Future[BaseResult]] = []
+        for done in as_completed(pending):
+            prepared = done.result()
             if isinstance(prepared, Prepared):
                 finishing.append(checking.submit(run.finish, prepared, checks))
         for future in finishing:
@@ -635,6 +598,41 @@ def select_targets(config: Workspace, wanted: Sequence[str] | None) -> list[str]
             pins.get(version)
         return sorted(set(wanted), key=Version)
     return [v for v in pins.versions() if store.has_series(config.series_root, v)]
+
+
+def carry_commit(
+    config: Workspace,
+    *,
+    tree: Path | None,
+    commit: str,
+    patch: str | None,
+    from_version: str | None,
+    bases: Sequence[str] | None,
+    checks: CheckRunner,
+    jobs: int | None = None,
+    restart: bool = False,
+) -> Report:
+    """`vllm-fork backport`: the commit ``commit`` of the work tree ``tree``, or the
+    series patch ``patch`` (its copy on ``from_version``, default the newest), carried
+    to ``bases`` (default: every base with a series)."""
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if from_version and not patch:
+        raise UsageError("--from goes with --patch")
+    targets = select_targets(config, bases)
+    if tree is not None:
+        source, state_dir = source_from_tree(config, tree, commit)
+    else:
+        assert patch is not None
+        # the patch is looked for on every base with a series, not only the targets
+        holders = select_targets(config, None)
+        source, state_dir = source_from_patch(config, patch, holders, from_version)
+    return backport(config, source, state_dir, targets, checks, jobs=jobs, restart=restart)
+
+
+def write_json(report: Report, path: Path) -> None:
+    """The report as JSON (``--json FILE``), written whole or not at all."""
+    write_json_atomic(path, report.to_json())
 
 
 # --- the report ---------------------------------------------------------------------

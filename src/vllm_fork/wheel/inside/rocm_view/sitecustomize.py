@@ -1,7 +1,7 @@
 """torch.version.hip for vLLM's setup.py in a precompiled ROCm build.
 
 This directory is on PYTHONPATH only for the build of a precompiled
-``--device rocm`` wheel (vllm_fork.build.plan.ROCM_VIEW). vLLM's setup.py
+``--device rocm`` wheel (vllm_fork.wheel.plan.ROCM_VIEW). vLLM's setup.py
 selects the ROCm target (its requirements/rocm.txt, its list of extensions,
 which binaries it copies from the wheel) by ``torch.version.hip``; in
 precompiled mode it compiles nothing and reads nothing else from torch that

@@ -1,6 +1,6 @@
 """Run in a smoke venv: import the installed vLLM on CPU and report what it sees.
 
-Prints one JSON object (read by :func:`vllm_fork.build.smoke.smoke`).
+Prints one JSON object (read by :func:`vllm_fork.wheel.smoke.smoke`).
 """
 
 import importlib.metadata as md

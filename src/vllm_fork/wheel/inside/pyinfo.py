@@ -1,7 +1,7 @@
 """What a build Python has: its version, the build packages and torch's GPU runtime.
 
 ``python -I pyinfo.py`` prints the JSON object read by
-:func:`vllm_fork.build.env.probe_python`; ``python -I pyinfo.py version`` prints
+:func:`vllm_fork.wheel.env.probe_python`; ``python -I pyinfo.py version`` prints
 only ``{"python": "3.11"}`` (no torch import).
 """
 

@@ -331,7 +331,8 @@ class Wheel:
 
     @property
     def metadata_version(self) -> str | None:
-        return (self._headers("METADATA").get("Version") or [None])[0]
+        versions = self._headers("METADATA").get("Version")
+        return versions[0] if versions else None
 
     @property
     def wheel_tags(self) -> list[str]:

@@ -33,14 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.provenance import (
-    PACKAGE_PATH,
-    Provenance,
-    ProvenanceError,
-    from_wheel,
-    left_out_files,
-)
-from vllm_fork.build.wheelfile import Wheel, format_findings, record_digest
 from vllm_fork.errors import ForkError
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import run_git
@@ -49,6 +41,14 @@ from vllm_fork.sources.rocm import ensure_rocm_wheel
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.commits import series_commits
 from vllm_fork.tree.materialize import BRANCH, materialize
+from vllm_fork.wheel.provenance import (
+    PACKAGE_PATH,
+    Provenance,
+    ProvenanceError,
+    from_wheel,
+    left_out_files,
+)
+from vllm_fork.wheel.wheelfile import Wheel, format_findings, record_digest
 
 log = logging.getLogger(__name__)
 
@@ -415,8 +415,8 @@ def align_with_upstream_wheel(
     """
     upstream_path = _upstream_wheel(config, base, upstream)
     with Wheel(upstream_path) as up:
-        upstream = record_hashes(up)
-        disagree = sdist_wheel_disagreements(tree, base.version, upstream)
+        hashes = record_hashes(up)
+        disagree = sdist_wheel_disagreements(tree, base.version, hashes)
         patched = _patched_paths(tree, base.version, config, left_out)
         touched = sorted(p for p in disagree if p in patched)
         if touched:

@@ -26,12 +26,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from vllm_fork.build.inside import script
 from vllm_fork.cache import BUILD_ENV_READY as READY
-from vllm_fork.config import Config
+from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.wheel.inside import script
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,18 +63,6 @@ def requirements_file(tree: Path, device: str) -> Path:
     raise BuildEnvError(f"the base has no {candidates[0]} (nor {', '.join(candidates[1:])})")
 
 
-# The torch of the fork's tree venvs (vllm_fork.release.treevenv) and of a
-# precompiled ROCm build's environment. A CPU build is enough (no GPU code
-# runs); the one the local wheel mirror holds.
-ENV_TORCH = "TREE_TORCH"
-DEFAULT_TORCH = "torch==2.13.0"
-
-
-def torch_spec(given: str | None = None) -> str:
-    """The torch requirement for tree venvs: ``given``, else ``$TREE_TORCH``, else the default."""
-    return given or os.environ.get(ENV_TORCH) or DEFAULT_TORCH
-
-
 # What vLLM's setup.py needs to run its precompiled path (it compiles nothing there):
 # the build backend and its tools, and an importable torch (it reads torch.version).
 PRECOMPILED_ROCM_TOOLS = ("setuptools", "setuptools-scm", "wheel", "packaging", "jinja2")
@@ -87,7 +76,7 @@ def precompiled_rocm_requirements(tree: Path, work: Path) -> Path:
     vLLM's precompiled path imports torch only to read ``torch.version``: the
     build tools' lines of that file are kept and torch is the CPU build the fork's
     tree venvs use (``TREE_TORCH``); the plan gives torch.version.hip the pinned ROCm
-    version (:data:`vllm_fork.build.plan.ROCM_VIEW`)."""
+    version (:data:`vllm_fork.wheel.plan.ROCM_VIEW`)."""
     source = requirements_file(tree, "rocm")
     keep = [
         str(req)
@@ -151,7 +140,7 @@ def _cpu_torch_installed(env_dir: Path) -> str | None:
 
 
 def ensure_build_env(
-    config: Config,
+    config: Workspace,
     requirements: Path,
     python: str = sys.executable,
     *,
@@ -181,12 +170,12 @@ def ensure_build_env(
         start = time.monotonic()
         try:
             # pip's output is progress: to stderr, stdout carries only the command's result
-            subprocess.run([python, "-m", "venv", env_dir], check=True, stdout=sys.stderr)
+            subprocess.run([python, "-m", "venv", str(env_dir)], check=True, stdout=sys.stderr)
             constraints = env_dir / CONSTRAINTS
             excluded = [] if allow_cpu_torch else cpu_torch_exclusions(requirements)
             constraints.write_text("".join(f"{c}\n" for c in excluded))
             subprocess.run(
-                [env_python, "-m", "pip", "install", "--no-input", "-q"]
+                [str(env_python), "-m", "pip", "install", "--no-input", "-q"]
                 + ["-r", str(requirements), "-c", str(constraints)],
                 check=True,
                 stdout=sys.stderr,

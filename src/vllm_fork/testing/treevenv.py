@@ -20,11 +20,11 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from vllm_fork.build.env import torch_spec
-from vllm_fork.config import Config
+from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.lock import dir_lock
+from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class TreeVenvError(ForkError):
     """The tree venv could not be created or installed."""
 
 
-def venv_dir(config: Config, spec: str) -> Path:
+def venv_dir(config: Workspace, spec: str) -> Path:
     key = re.sub(r"[^A-Za-z0-9.+-]+", "-", spec).strip("-")
     return config.cache.tree_venvs / key
 
@@ -101,7 +101,7 @@ def _install_requirements(python: Path, reqs: Path) -> None:
         log.warning("tree venv: relaxed %s", ", ".join(relaxed))
 
 
-def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Path:
+def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> Path:
     """The interpreter of the tree venv for ``spec``, installed for ``tree``."""
     spec = torch_spec(spec)
     where = venv_dir(config, spec)

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import shutil
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.build.plan import SOURCE_VARS, FullOptions
 from vllm_fork.errors import UsageError
+from vllm_fork.wheel.plan import SOURCE_VARS, FullOptions
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -68,18 +67,20 @@ def load_full_options(path: Path) -> tuple[FullOptions, bool]:
             )
         p = Path(str(value)).expanduser()
         sources[name] = p if p.is_absolute() else (Path(path).parent / p).resolve()
-    options = FullOptions(sources=sources)
-    for key, attr in (
-        ("cuda-archs", "cuda_archs"),
-        ("rocm-archs", "rocm_archs"),
-        ("build-type", "build_type"),
-    ):
-        if key in table:
-            options = replace(options, **{attr: str(table[key])})
-    options = replace(
-        options,
+    texts: dict[str, Any] = {
+        attr: str(table[key])
+        for key, attr in (
+            ("cuda-archs", "cuda_archs"),
+            ("rocm-archs", "rocm_archs"),
+            ("build-type", "build_type"),
+        )
+        if key in table
+    }
+    options = FullOptions(
+        sources=sources,
         max_jobs=_int(table, "max-jobs", where),
         nvcc_threads=_int(table, "nvcc-threads", where),
+        **texts,
     )
     return options, bool(table.get("ccache", True))
 

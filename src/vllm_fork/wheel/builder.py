@@ -5,8 +5,8 @@ that changes compiled sources; materialize base + series into a new
 directory under the cache (the build writes ~1 GB into it and overwrites
 vendored paths); write the provenance record into it; prepare the build
 environment; call the tree's PEP 517 backend per the plan of
-:mod:`vllm_fork.build.plan` through ``pyproject_hooks`` (the hook's return
-value names the wheel); check the result with :mod:`vllm_fork.build.verify`;
+:mod:`vllm_fork.wheel.plan` through ``pyproject_hooks`` (the hook's return
+value names the wheel); check the result with :mod:`vllm_fork.wheel.verify`;
 move the wheel to the output directory.
 """
 
@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,23 @@ import pyproject_hooks
 from packaging.utils import parse_wheel_filename
 
 from vllm_fork import __version__, faults
-from vllm_fork.build.audit import align_with_upstream_wheel
-from vllm_fork.build.env import (
+from vllm_fork.atomic import place_file
+from vllm_fork.errors import ForkError, UnsupportedBaseError, UsageError
+from vllm_fork.git import git_out, run_git
+from vllm_fork.hashing import sha256_file
+from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
+from vllm_fork.probes import DirTree, Finding, probe_all
+from vllm_fork.probes.issues import built_issue_states
+from vllm_fork.probes.rocm_pins import base_aiter
+from vllm_fork.series.forkversion import fork_version, series_revision
+from vllm_fork.series.patches import Series
+from vllm_fork.series.precompiled import left_out_of, precompiled_conflicts, refusal_message
+from vllm_fork.sources.pins import Base, FilePin, RocmPin, require_supported
+from vllm_fork.sources.rocm import ensure_rocm_wheel
+from vllm_fork.sources.workspace import Workspace
+from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.audit import align_with_upstream_wheel
+from vllm_fork.wheel.env import (
     BuildEnvError,
     build_environment,
     check_build_python,
@@ -39,24 +55,10 @@ from vllm_fork.build.env import (
     probe_python,
     requirements_file,
 )
-from vllm_fork.build.options import check_sources
-from vllm_fork.build.plan import BuildPlan, FullOptions, PlanError, plan_build, read_backend
-from vllm_fork.build.provenance import PACKAGE_PATH, make_record, write_into_tree
-from vllm_fork.build.verify import verify_wheel
-from vllm_fork.errors import ForkError, UsageError
-from vllm_fork.git import git_out, run_git
-from vllm_fork.hashing import sha256_file
-from vllm_fork.lock import TMP_PREFIX, alive, clear_dead_owned, owned_tempdir, owned_tempfile
-from vllm_fork.probes import DirTree, Finding, probe_all
-from vllm_fork.probes.issues import built_issue_states
-from vllm_fork.probes.rocm_pins import base_aiter
-from vllm_fork.series.forkversion import fork_version, series_revision
-from vllm_fork.series.patches import Series
-from vllm_fork.series.precompiled import left_out_of, precompiled_conflicts, refusal_message
-from vllm_fork.sources.pins import Base, FilePin, RocmPin
-from vllm_fork.sources.rocm import ensure_rocm_wheel
-from vllm_fork.sources.workspace import Workspace
-from vllm_fork.tree.materialize import materialize
+from vllm_fork.wheel.options import check_sources
+from vllm_fork.wheel.plan import BuildPlan, FullOptions, PlanError, plan_build, read_backend
+from vllm_fork.wheel.provenance import PACKAGE_PATH, Provenance, make_record, write_into_tree
+from vllm_fork.wheel.verify import verify_wheel
 
 DOCKERFILE_HINT = (
     "For a container build on a ROCm build host: `vllm-fork materialize DIR`, then "
@@ -87,6 +89,7 @@ class BuildRequest:
     keep_tree: bool = False
     rocm_variant: str | None = None  # which pinned ROCm wheel (--device rocm, precompiled)
     rocm_index: str | None = None  # where to download it (default: the index it was pinned from)
+    allow_unsupported: bool = False  # build a base bases.toml does not mark supported
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class BuildResult:
     device: str
     seconds: float
     build_seconds: float
-    # What the release files beside the wheel say of it (vllm_fork.deploy.release_files):
+    # What the release files beside the wheel say of it (deploy.release_files.release_files):
     # its provenance record, the build environment's versions, the probes' findings
     # and each known issue's state on the built tree (None: the pristine base is not
     # in the cache). Not printed by ``--json``.
@@ -153,9 +156,17 @@ class Prepared:
 
 
 def prepare(config: Workspace, req: BuildRequest) -> Prepared:
-    """Checks that need no download: base, series, version, refusal rules, platform tag."""
+    """Checks that need no download: base (supported), series (not empty), version,
+    refusal rules, platform tag."""
     base = config.base(req.base)
+    require_supported(config, base, allow=req.allow_unsupported)
     series = config.series(base.version)
+    if not series.patches:
+        # a wheel labelled +hardened would claim hardening that is not in it
+        raise UnsupportedBaseError(
+            f"series/{base.version} has no patches: there is nothing to build "
+            f"(upstream's own vllm {base.version} wheel is the same code)"
+        )
     revision = series_revision(series.directory, len(series.patches))
     left_out = tuple(h.file for h in left_out_of(series, req.mode))
     rocm = None
@@ -378,16 +389,11 @@ def _publish(built: Path, out_dir: Path) -> Path:
     part = owned_tempfile(out_dir, f"wheel.{os.getpid()}")
     try:
         shutil.copyfile(built, part)
-        # a wheel is a file to share: the mode of a new file under the umask (0644
-        # usually), as the SBOM and provenance beside it, not the 0600 of a temp file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(part, 0o666 & ~umask)
-        faults.point("build.publish")
-        os.replace(part, target)
     except BaseException:  # SIGTERM or an I/O error: leave nothing behind
         part.unlink(missing_ok=True)
         raise
+    # a wheel is a file to share, as the SBOM and provenance beside it
+    place_file(part, target, shared=True, fault="build.publish")
     built.unlink()
     return target
 
@@ -398,128 +404,36 @@ def _publish(built: Path, out_dir: Path) -> Path:
 BackendRunner = Callable[[BuildPlan, Path], str]
 
 
-def build(
-    config: Workspace, req: BuildRequest, *, runner: BackendRunner = run_backend
-) -> BuildResult:
-    """Build and verify the wheel of ``req`` into ``req.out_dir``.
+# --- the steps of a build, in order (each usable alone) -----------------------------
 
-    Only the build: the release files (SBOM, provenance statement, notes) are
-    written after it by the caller (:func:`vllm_fork.deploy.release_files`), as
-    are publishing and deploying.
-    """
-    start = time.monotonic()
-    prep = prepare(config, req)
-    if req.mode == "full":
-        missing = check_sources(req.full)
-        if missing:
-            raise UsageError("\n".join(missing))
-        # the compiler (and a given build Python) can be checked before any work
-        missing_compiler = compiler_missing(req.device)
-        if missing_compiler:
-            raise BuildEnvError(
-                f"cannot run a full {req.device} build here: {missing_compiler}\n{DOCKERFILE_HINT}"
-            )
-        if req.build_python:
-            _preflight(req, req.build_python, prep.base.torch)
-    out_dir = req.out_dir.resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # <cache>/work, not <cache>/tmp: the cache lock, taken by downloads of other
-    # runs meanwhile, empties tmp/ of what a killed run left.
+
+def check_buildable(req: BuildRequest, prep: Prepared) -> None:
+    """What a full build can refuse before any work: missing sources, compiler or
+    build Python (:func:`prepare` refused the rest, e.g. a base with no patches)."""
+    if req.mode != "full":
+        return
+    missing = check_sources(req.full)
+    if missing:
+        raise UsageError("\n".join(missing))
+    missing_compiler = compiler_missing(req.device)
+    if missing_compiler:
+        raise BuildEnvError(
+            f"cannot run a full {req.device} build here: {missing_compiler}\n{DOCKERFILE_HINT}"
+        )
+    if req.build_python:
+        _preflight(req, req.build_python, prep.base.torch)
+
+
+@contextmanager
+def scratch(config: Workspace, prep: Prepared, *, keep: bool) -> Iterator[Path]:
+    """A build's own directory under ``<cache>/work`` (not ``<cache>/tmp``: the cache
+    lock, taken by downloads of other runs meanwhile, empties tmp/ of what a killed
+    run left); removed at the end unless ``keep`` or the build failed."""
     config.cache.work.mkdir(parents=True, exist_ok=True)
     clear_dead_owned(config.cache.work, BUILD_LABEL)  # trees of killed builds
     work = owned_tempdir(config.cache.work, f"{BUILD_LABEL}{prep.base.version}")
-    keep = req.keep_tree
     try:
-        tree = work / "src"
-        log.info(
-            f"materializing vLLM {prep.base.version} + "
-            f"{len(prep.series.patches) - len(prep.left_out)} patch(es) into {tree}"
-        )
-        materialize(config, prep.base.version, tree, internal=True, exclude=prep.left_out)
-        faults.point("build.materialized")
-        aligned: list[str] = []
-        if req.mode == "precompiled":
-            assert prep.upstream is not None
-            if prep.rocm is not None:
-                ensure_rocm_wheel(config, prep.rocm, req.rocm_index, config.fetcher)
-            else:
-                config.fetcher.ensure(prep.upstream)
-            aligned = align_with_upstream_wheel(
-                config, tree, prep.base, left_out=prep.left_out, upstream=prep.upstream
-            )
-        record = make_record(
-            base=prep.base,
-            series=prep.series,
-            version=prep.version,
-            revision=prep.revision,
-            mode=req.mode,
-            device=req.device,
-            tool_version=__version__,
-            left_out=prep.left_out,
-            rocm=prep.rocm,
-            aiter=base_aiter(config, prep.base.version) if prep.rocm else None,
-        )
-        record = replace(record, from_upstream_wheel=tuple(aligned), offline=config.offline)
-        write_into_tree(tree, record)
-        # setuptools-scm lists the package files from git: the record must be in the index.
-        run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
-        epoch = int(git_out(["log", "-1", "--format=%ct", "HEAD"], cwd=tree))
-        if req.build_python:
-            python = req.build_python
-        elif prep.rocm is not None:
-            # vLLM's setup.py only imports torch here: a small environment, not ROCm's torch
-            python = str(
-                ensure_build_env(
-                    config, precompiled_rocm_requirements(tree, work), allow_cpu_torch=True
-                )
-            )
-        else:
-            python = str(ensure_build_env(config, requirements_file(tree, req.device)))
-        if not (req.mode == "full" and req.build_python):
-            _preflight(req, python, prep.base.torch)
-        dist = work / "dist"
-        plan = make_plan(config, req, prep, tree=tree, out_dir=dist, python=python, epoch=epoch)
-        log.info(
-            f"building vllm {prep.version} ({req.mode}, {req.device}); log: {work / 'build.log'}"
-        )
-        t0 = time.monotonic()
-        faults.point("build.backend")
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
-        name = runner(plan, work / "build.log")
-        build_seconds = time.monotonic() - t0
-        built = dist / name
-        if not built.is_file():
-            raise BuildFailed(f"vLLM's build returned {name!r} but no such wheel is in {dist}")
-        if prep.rocm is not None:
-            built = retag(built, prep.rocm, python=python, epoch=epoch, log_path=work / "build.log")
-        faults.point("build.verify")
-        report = verify_wheel(config, built, tree=tree)
-        if not report.passed:
-            keep = True
-            raise BuildFailed(
-                "the built wheel does not verify:\n"
-                + "\n".join(report.bad)
-                + f"\nkept {work} for inspection"
-            )
-        environment = build_environment(python, tree)
-        findings = probe_all(DirTree(tree))
-        known_issues = built_issue_states(config, prep.base.version, DirTree(tree))
-        target = _publish(built, out_dir)
-        return BuildResult(
-            wheel=target,
-            sha256=sha256_file(target),
-            version=prep.version,
-            base=prep.base.version,
-            series_digest=prep.series.digest(),
-            mode=req.mode,
-            device=req.device,
-            seconds=time.monotonic() - start,
-            build_seconds=build_seconds,
-            record=record.to_json(),
-            environment=environment,
-            findings=findings,
-            known_issues=known_issues,
-        )
+        yield work
     except BuildFailed:
         keep = True
         raise
@@ -528,3 +442,145 @@ def build(
             log.info(f"kept the build tree {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def materialize_tree(config: Workspace, prep: Prepared, tree: Path) -> None:
+    """The base and its series (less what this mode leaves out) as a git work tree."""
+    log.info(
+        f"materializing vLLM {prep.base.version} + "
+        f"{len(prep.series.patches) - len(prep.left_out)} patch(es) into {tree}"
+    )
+    materialize(config, prep.base.version, tree, internal=True, exclude=prep.left_out)
+    faults.point("build.materialized")
+
+
+def reuse_upstream_binaries(
+    config: Workspace, req: BuildRequest, prep: Prepared, tree: Path
+) -> list[str]:
+    """A precompiled build: fetch the upstream wheel whose binaries it reuses and align
+    the tree's vendored files with it; the files aligned."""
+    if req.mode != "precompiled":
+        return []
+    assert prep.upstream is not None
+    if prep.rocm is not None:
+        ensure_rocm_wheel(config, prep.rocm, req.rocm_index, config.fetcher)
+    else:
+        config.fetcher.ensure(prep.upstream)
+    return align_with_upstream_wheel(
+        config, tree, prep.base, left_out=prep.left_out, upstream=prep.upstream
+    )
+
+
+def write_provenance(
+    config: Workspace, req: BuildRequest, prep: Prepared, tree: Path, aligned: list[str]
+) -> tuple[Provenance, int]:
+    """Write the provenance record into the tree (and git's index: setuptools-scm lists
+    the package files from git); the record and the SOURCE_DATE_EPOCH (HEAD's time)."""
+    record = make_record(
+        base=prep.base,
+        series=prep.series,
+        version=prep.version,
+        revision=prep.revision,
+        mode=req.mode,
+        device=req.device,
+        tool_version=__version__,
+        left_out=prep.left_out,
+        rocm=prep.rocm,
+        aiter=base_aiter(config, prep.base.version) if prep.rocm else None,
+    )
+    record = replace(record, from_upstream_wheel=tuple(aligned), offline=config.offline)
+    write_into_tree(tree, record)
+    run_git(["add", "-f", PACKAGE_PATH], cwd=tree)
+    epoch = int(git_out(["log", "-1", "--format=%ct", "HEAD"], cwd=tree))
+    return record, epoch
+
+
+def build_python(
+    config: Workspace, req: BuildRequest, prep: Prepared, tree: Path, work: Path
+) -> str:
+    """The Python that runs vLLM's build: the one given, else the build environment
+    the tree's requirements make (cached by their content), checked for the mode."""
+    if req.build_python:
+        python = req.build_python
+    elif prep.rocm is not None:
+        # vLLM's setup.py only imports torch here: a small environment, not ROCm's torch
+        reqs = precompiled_rocm_requirements(tree, work)
+        python = str(ensure_build_env(config, reqs, allow_cpu_torch=True))
+    else:
+        python = str(ensure_build_env(config, requirements_file(tree, req.device)))
+    if not (req.mode == "full" and req.build_python):  # checked by check_buildable
+        _preflight(req, python, prep.base.torch)
+    return python
+
+
+def call_backend(plan: BuildPlan, runner: BackendRunner, log_path: Path) -> tuple[Path, float]:
+    """Run vLLM's build (the plan's backend through ``runner``); the wheel and the
+    seconds it took."""
+    log.info(f"building vllm {plan.version} ({plan.mode}, {plan.device}); log: {log_path}")
+    t0 = time.monotonic()
+    faults.point("build.backend")
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    name = runner(plan, log_path)
+    built = plan.out_dir / name
+    if not built.is_file():
+        raise BuildFailed(f"vLLM's build returned {name!r} but no such wheel is in {plan.out_dir}")
+    return built, time.monotonic() - t0
+
+
+def verify_built(config: Workspace, built: Path, tree: Path, work: Path) -> None:
+    """The one verification of the wheel (against its tree, the series and the pins)."""
+    faults.point("build.verify")
+    report = verify_wheel(config, built, tree=tree)
+    if not report.passed:
+        raise BuildFailed(
+            "the built wheel does not verify:\n" + "\n".join(report.bad) + f"\nkept {work} "
+            "for inspection"
+        )
+
+
+def build(
+    config: Workspace, req: BuildRequest, *, runner: BackendRunner = run_backend
+) -> BuildResult:
+    """Build and verify the wheel of ``req`` into ``req.out_dir``.
+
+    Only the build: the release files (SBOM, provenance statement, notes) are
+    written after it by the caller (:func:`vllm_fork.deploy.release_files.release_files`), as
+    are publishing and deploying.
+    """
+    start = time.monotonic()
+    prep = prepare(config, req)
+    check_buildable(req, prep)
+    out_dir = req.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with scratch(config, prep, keep=req.keep_tree) as work:
+        tree, log_path = work / "src", work / "build.log"
+        materialize_tree(config, prep, tree)
+        aligned = reuse_upstream_binaries(config, req, prep, tree)
+        record, epoch = write_provenance(config, req, prep, tree, aligned)
+        python = build_python(config, req, prep, tree, work)
+        plan = make_plan(
+            config, req, prep, tree=tree, out_dir=work / "dist", python=python, epoch=epoch
+        )
+        built, build_seconds = call_backend(plan, runner, log_path)
+        if prep.rocm is not None:
+            built = retag(built, prep.rocm, python=python, epoch=epoch, log_path=log_path)
+        verify_built(config, built, tree, work)
+        environment = build_environment(python, tree)
+        findings = probe_all(DirTree(tree))
+        known_issues = built_issue_states(config, prep.base.version, DirTree(tree))
+        wheel = _publish(built, out_dir)
+    return BuildResult(
+        wheel=wheel,
+        sha256=sha256_file(wheel),
+        version=prep.version,
+        base=prep.base.version,
+        series_digest=prep.series.digest(),
+        mode=req.mode,
+        device=req.device,
+        seconds=time.monotonic() - start,
+        build_seconds=build_seconds,
+        record=record.to_json(),
+        environment=environment,
+        findings=findings,
+        known_issues=known_issues,
+    )

@@ -1,7 +1,7 @@
 """Run in a venv where vLLM is installed without its dependencies: report what
 ``inside/importcheck.py`` reports, without importing vLLM.
 
-Prints one JSON object (read by :func:`vllm_fork.build.smoke.smoke`).
+Prints one JSON object (read by :func:`vllm_fork.wheel.smoke.smoke`).
 """
 
 import importlib.metadata as md
