@@ -334,11 +334,8 @@ class Backport:
                 kept = self.recorded(version)
                 if kept is None:
                     del self.state["results"][version]
-                elif kept.verdict in APPLIED and store.is_stored(old):
-                    store.update_base(tmp / "series", version, store.read_base(old, version))
                 elif kept.verdict in APPLIED:
-                    shutil.rmtree(tmp / "series" / version, ignore_errors=True)
-                    shutil.copytree(old / version, tmp / "series" / version, symlinks=True)
+                    store.update_base(tmp / "series", version, store.read_base(old, version))
             shutil.rmtree(self.stage)
         os.replace(tmp, self.stage)
         self.state["series_at_start"] = start
@@ -363,8 +360,8 @@ class Backport:
             target = real / rel
             if not target.is_file() or target.read_bytes() != path.read_bytes():
                 write.append(str(rel))
-        # the index last: until it is replaced it names only variants already there
-        write.sort(key=lambda rel: rel == store.INDEX_FILE)
+        # the series files last: until one is replaced it names only pool files there
+        write.sort(key=store.commit_order)
         remove = [
             str(p.relative_to(real))
             for p in sorted(real.rglob("*"))
@@ -385,16 +382,10 @@ class Backport:
             journal = self.state["commit"] = {"write": write, "remove": remove, "done": False}
             self.save()
         if not journal["done"]:
-            real, staged = self.config.series_root, self.stage / "series"
-            for rel in journal["write"]:
-                target = real / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.backport")
-                shutil.copyfile(staged / rel, tmp)
-                os.replace(tmp, target)
-                faults.point("backport.commit")
-            for rel in journal["remove"]:
-                (real / rel).unlink(missing_ok=True)
+            # through the store's one writer: pool files first, then each base's
+            # series file, then what no series names; a killed run's rerun finishes it
+            store.write_store(self.config.series_root, store.read_all(self.stage / "series"))
+            faults.point("backport.commit")
             journal["done"] = True
             self.save()
         return [*journal["write"], *journal["remove"]]
