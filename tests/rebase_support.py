@@ -24,8 +24,10 @@ from vllm_fork.sources.workspace import Workspace, load_config
 
 try:
     from .gitutil import IDENTITY
+    from .seriesutil import series_files
 except ImportError:
     from gitutil import IDENTITY  # type: ignore[no-redef]
+    from seriesutil import series_files  # type: ignore[no-redef]
 
 DATE = "2026-11-21T12:00:00+00:00"
 
@@ -254,7 +256,4 @@ def snapshot(tree: Path) -> dict[str, str]:
     }
 
 
-def series_files(directory: Path) -> dict[str, bytes]:
-    if not directory.is_dir():
-        return {}
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+__all__ = ["series_files"]

@@ -25,8 +25,10 @@ from vllm_fork.tree.materialize import materialize
 
 try:
     from .rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, resolve, text
+    from .seriesutil import logical_files, patch_names, stored_patch, tree_files
 except ImportError:
     from rebase_support import DATE, OTHER, edit_lines, git, make_fork, numbered, resolve, text
+    from seriesutil import logical_files, patch_names, stored_patch, tree_files
 
 OPS = numbered("ops", 40)
 BASE_FILES = {"vllm/other.py": text(numbered("other", 20))}
@@ -99,9 +101,8 @@ def fix_commit(fork, tmp_path: Path, test: str = FIX_TEST) -> Path:
 
 
 def series_snapshot(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
+    """series/ as per-base files ("V/0001-<stem>.patch", "V/series"), read through the store."""
+    return logical_files(root)
 
 
 def checks() -> bp.CheckRunner:
@@ -154,8 +155,7 @@ def test_every_verdict_and_no_half_write(fork, tmp_path: Path) -> None:
     added = sorted(set(after) - set(before))
     assert added == [f"{v}/0002-ROCm-Fix-ops-line-20.patch" for v in ("1.0.0", "1.1.0", "1.2.0")]
     for version in ("1.0.0", "1.1.0", "1.2.0"):
-        series = (fork.root / "series" / version / "series").read_text().splitlines()
-        assert series[-1] == "0002-ROCm-Fix-ops-line-20.patch"
+        assert patch_names(fork.root / "series" / version)[-1] == "0002-ROCm-Fix-ops-line-20.patch"
     assert after["1.4.0/series"] == before["1.4.0/series"]
     assert after["1.3.0/series"] == before["1.3.0/series"]
     # the exported patch materializes, and the fixed line is there
@@ -187,9 +187,10 @@ def test_carry_a_patch_by_its_id(fork, tmp_path: Path) -> None:
     assert source.version == "1.0.0" and source.identity == "ops-line-20"
     report = bp.backport(config, source, state_dir, ["1.0.0", "1.1.0"], checks(), jobs=1)
     assert verdicts(report) == {"1.0.0": bp.CARRIED, "1.1.0": bp.CLEAN}
-    assert (fork.root / "series/1.1.0/0002-ROCm-Fix-ops-line-20.patch").read_bytes() == (
-        fork.root / "series/1.0.0/0002-ROCm-Fix-ops-line-20.patch"
-    ).read_bytes()
+    name = "0002-ROCm-Fix-ops-line-20.patch"
+    assert stored_patch(fork.root / "series/1.1.0", name) == stored_patch(
+        fork.root / "series/1.0.0", name
+    )
 
 
 def _killed_run(fault: str, bases: list[str], tree: Path) -> int:
@@ -212,10 +213,10 @@ def _killed_run(fault: str, bases: list[str], tree: Path) -> int:
 def test_kill_and_resume(fork, tmp_path: Path, fault: str) -> None:
     tree = fix_commit(fork, tmp_path)
     bases = ["1.0.0", "1.1.0"]
-    before = series_snapshot(fork.root / "series")
+    before = tree_files(fork.root / "series")
 
     assert _killed_run(fault, bases, tree) == -9
-    now = series_snapshot(fork.root / "series")
+    now = tree_files(fork.root / "series")
     if fault == "backport.base:kill":
         assert now == before  # killed before the write: series/ untouched
     else:
@@ -255,22 +256,25 @@ def test_a_conflict_resolved_by_hand_then_the_same_command(fork, tmp_path: Path)
     report = run(fork, tree, bases)
     assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CARRIED}
     assert report.reused == ["1.1.0"] and report.ok
-    assert (fork.root / "series/1.1.0/0002-ROCm-Fix-ops-line-20.patch").is_file()
+    assert (
+        store.read_base(fork.root / "series", "1.1.0").names[-1]
+        == "0002-ROCm-Fix-ops-line-20.patch"
+    )
 
 
-def test_backport_into_the_stored_once_series(fork, tmp_path: Path) -> None:
-    """series/ stored once (series/index + pool): the bases are found in the index,
-    the carried patch lands in the store (no per-base directory appears), and a
-    patch id is found on a base that is not among the targets."""
+def test_backport_into_the_store(fork, tmp_path: Path) -> None:
+    """The carried patch lands in the store (a pool file and the base's series
+    file), and a patch id is found on a base that is not among the targets."""
     root = fork.root / "series"
-    store.write_store(root, store.read_all(root))
-    assert store.is_stored(root) and not (root / "1.0.0").exists()
     assert bp.select_targets(load_config(), None) == list(RELEASES)
     tree = fix_commit(fork, tmp_path)
+    pool_before = set((root / "pool").iterdir())
     report = run(fork, tree, ["1.0.0"])
     assert report.ok and verdicts(report) == {"1.0.0": bp.CLEAN}
-    assert not (root / "1.0.0").exists()
+    assert store.old_layout(root) == []
     assert store.read_base(root, "1.0.0").names[-1] == "0002-ROCm-Fix-ops-line-20.patch"
+    (added,) = set((root / "pool").iterdir()) - pool_before
+    assert added.name in (root / "1.0.0" / "series").read_text()
 
     config = load_config()
     holders = bp.select_targets(config, None)
@@ -281,6 +285,5 @@ def test_backport_into_the_stored_once_series(fork, tmp_path: Path) -> None:
     carried = store.read_base(root, "1.1.0")
     assert carried.names[-1] == "0002-ROCm-Fix-ops-line-20.patch"
     assert carried.contents[-1] == store.read_base(root, "1.0.0").contents[-1]
-    assert not (root / "1.1.0").exists()
-    files = [p.read_bytes() for p in root.rglob("*") if p.is_file()]
-    assert len(set(files)) == len(files)  # still no content stored twice
+    files = [p.read_bytes() for p in (root / "pool").iterdir()]
+    assert len(set(files)) == len(files)  # still no patch stored twice

@@ -27,6 +27,7 @@ from .buildutil import (
 )
 from .buildutil import fork_wheel as build_fork_wheel
 from .conftest import FAKE_VERSION, ForkRepo, sha256_of
+from .seriesutil import edit_stored, stored_patch
 from .wheelutil import replace_member, write_wheel
 
 VERSION = f"{FAKE_VERSION}+hardened.1"
@@ -69,7 +70,7 @@ def series_repo(fork_repo: ForkRepo, tmp_path: Path) -> ForkRepo:
 
 def test_record_content(series_repo: ForkRepo) -> None:
     record = record_for(series_repo)
-    patch = series_repo.series_dir() / "0001-ROCm-Change-f3.patch"
+    patch = stored_patch(series_repo.series_dir(), "0001-ROCm-Change-f3.patch")
     assert record["version"] == VERSION
     assert record["base"]["sdist"]["sha256"] == sha256_of(series_repo.sdist)
     wheel_pin = load_pins(series_repo.config.bases_file).get(FAKE_VERSION).wheel
@@ -81,7 +82,7 @@ def test_record_content(series_repo: ForkRepo) -> None:
     assert record["tool"] == {"name": "vllm-fork", "version": __version__}
     assert record["series"]["patches"] == [
         {
-            "file": patch.name,
+            "file": "0001-ROCm-Change-f3.patch",
             "change": "ar-rms-pack-gate",
             "part": "change",
             "origin": "backport, https://github.com/vllm-project/vllm/pull/42409",
@@ -154,8 +155,11 @@ def test_verify_unlisted_member_fails(series_repo: ForkRepo, tmp_path: Path) -> 
 
 def test_verify_series_drift_fails(series_repo: ForkRepo, tmp_path: Path) -> None:
     wheel = fork_wheel(tmp_path, record_for(series_repo))
-    patch = series_repo.series_dir() / "0001-ROCm-Change-f3.patch"
-    patch.write_text(patch.read_text().replace("return x + 33", "return x + 34"))
+    edit_stored(
+        series_repo.series_dir(),
+        "0001-ROCm-Change-f3.patch",
+        lambda data: data.replace(b"return x + 33", b"return x + 34"),
+    )
     report = verify_wheel(series_repo.config, wheel)
     assert report.bad == ["patch 0001-ROCm-Change-f3.patch: differs from the series in sha256"]
 
@@ -287,7 +291,7 @@ def test_record_lists_the_left_out_patch(marked_repo: ForkRepo) -> None:
     assert [p["file"] for p in data["series"]["patches"]] == ["0001-ROCm-Change-f3.patch"]
     [out] = data["series"]["left_out"]
     assert (out["file"], out["change"], out["build"]) == (FULL_PATCH, "rope-fast-kernel", "full")
-    assert out["sha256"] == sha256_of(marked_repo.series_dir() / FULL_PATCH)
+    assert out["sha256"] == sha256_of(stored_patch(marked_repo.series_dir(), FULL_PATCH))
     assert f"left out: {FULL_PATCH}  [rope-fast-kernel]" in format_record(record)
     assert Provenance.from_json(data) == record  # the left-out list reads back
     # a full build has every patch and records which ones need it

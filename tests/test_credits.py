@@ -67,11 +67,20 @@ def _committed(version: str, name: str) -> Path:
 
 
 def _copy(tmp_path: Path, name: str = GATE, version: str = "0.21.0") -> Path:
-    target = tmp_path / "series" / version / name
+    """A committed patch as a file of its own, to edit."""
+    target = tmp_path / "patches" / name
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_committed(version, name), target)
-    (target.parent / "series").write_text(f"{name}\n")
     return target
+
+
+def _stored(tmp_path: Path, patch: Path, version: str = "0.21.0") -> Path:
+    """A repository under ``tmp_path`` whose series of ``version`` is ``patch``
+    alone; returns its series/."""
+    root = tmp_path / "series"
+    base = store.BaseSeries([store.stem_of(patch.name)], [patch.read_bytes()])
+    store.write_store(root, {version: base})
+    return root
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -92,6 +101,7 @@ def test_a_backport_without_authors_or_commit_is_reported(
     assert "pull/42409, commit:be7a03ea65" in problems[0]
     assert problems[1].startswith(f"{GATE}: Author lines must be Aakif Nawaz")
 
+    _stored(tmp_path, patch)
     assert credits.main(["--root", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [f"0.21.0/{problem}" for problem in problems]
@@ -102,8 +112,12 @@ def test_write_puts_back_the_credit_and_touches_nothing_else(tmp_path: Path) -> 
     pristine = patch.read_bytes()
     _edit(patch, "Author: Aakif Nawaz <aakif.nawaz@amd.com>\n", "Author: Someone <x@y.z>\n")
     _edit(patch, ", commit:be7a03ea65\n", "\n")
+    root = _stored(tmp_path, patch)
     assert credits.main(["--root", str(tmp_path), "--write"]) == 0
-    assert patch.read_bytes() == pristine
+    written = store.read_base(root, "0.21.0")
+    assert written is not None and written.contents == [pristine]
+    assert not list((root / "pool").glob(f"*{store.pool_name('x', patch.read_bytes())[-16:]}"))
+    patch.write_bytes(pristine)
     assert credits.rewrite_credit(patch) is False  # already right: the file is left alone
 
 
@@ -169,9 +183,10 @@ def test_origin_with_a_commit_is_a_valid_header_and_names_the_pr() -> None:
 
 
 def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _copy(tmp_path / "a")
+    _stored(tmp_path / "a", _copy(tmp_path / "a"))
     broken = _copy(tmp_path / "b")
     broken.write_bytes(b"\xff\xfe not a patch\n")
+    root = _stored(tmp_path / "b", broken)
     runs = {
         "no such series": (["--root", str(tmp_path / "a"), "0.99.0"], "no series for 0.99.0"),
         "no series dir": (["--root", str(tmp_path / "nowhere")], "nowhere/series"),
@@ -182,7 +197,8 @@ def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1, (name, err)
         assert err.startswith("vllm-fork: error: ") and message in err, (name, err)
-    assert broken.read_bytes() == b"\xff\xfe not a patch\n"  # left as it was
+    left = store.read_base(root, "0.21.0")  # left as it was
+    assert left is not None and left.contents == [b"\xff\xfe not a patch\n"]
 
 
 def test_a_patch_not_from_the_fork_maintainers_is_reported_and_rewritten(tmp_path: Path) -> None:

@@ -45,12 +45,7 @@ def patch(
 
 def write(root: Path, version: str, patches: list[bytes], comments: list[str] = ()) -> None:
     stems = [f"P{i}" for i in range(1, len(patches) + 1)]
-    store.write_legacy(
-        root / version, [store.patch_name(i, s) for i, s in enumerate(stems, 1)], patches
-    )
-    if comments:
-        text = (root / version / "series").read_text() + "".join(f"{c}\n" for c in comments)
-        (root / version / "series").write_text(text)
+    store.update_base(root, version, store.BaseSeries(stems, list(patches), list(comments)))
 
 
 @pytest.fixture

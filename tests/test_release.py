@@ -31,6 +31,7 @@ from .rebase_support import (
     resolve,
     sdist_bytes,
 )
+from .seriesutil import edit_stored, patch_names
 
 GOOD, BAD, BARE = "2.0.0", "2.1.0", "2.2.0"
 LAYER = "def f(x):\n    return x\n"
@@ -51,6 +52,11 @@ def author(fork: Fork, version: str, files: dict[str, str], spec_message: str) -
     env = {"GIT_AUTHOR_DATE": DATE, "GIT_COMMITTER_DATE": DATE}
     git(work, "commit", "-q", "-m", spec_message, env=env)
     export(fork.config, work)
+
+
+def reword(data: bytes) -> bytes:
+    """A patch with its message changed (its diff as it was)."""
+    return data.replace(b"What it does.", b"What it does, reworded.")
 
 
 def change_message(subject: str) -> str:
@@ -170,8 +176,8 @@ def test_resume_after_a_kill_redoes_only_the_missing_steps(
 def test_a_changed_series_is_checked_again(bases: Fork) -> None:
     run_check(bases, GOOD)
     before = check.load_state(bases.config, GOOD)
-    patch = next(bases.series_dir(GOOD).glob("*.patch"))
-    patch.write_text(patch.read_text().replace("What it does.", "What it does, reworded."))
+    directory = bases.series_dir(GOOD)
+    edit_stored(directory, patch_names(directory)[0], reword)
     report = run_check(bases, GOOD)
     after = check.load_state(bases.config, GOOD)
     assert before is not None and after is not None and after.digest != before.digest

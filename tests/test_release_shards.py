@@ -18,7 +18,8 @@ from vllm_fork.errors import UsageError
 from vllm_fork.release import check, merge
 
 from .rebase_support import Fork, make_fork
-from .test_release import BAD, BARE, GOOD, PKG, author, change_message
+from .seriesutil import edit_stored, patch_names
+from .test_release import BAD, BARE, GOOD, PKG, author, change_message, reword
 
 GOOD2 = "2.3.0"
 VERSIONS = [GOOD, BAD, BARE, GOOD2]
@@ -235,8 +236,8 @@ def test_a_result_of_another_series_is_refused_with_one_line(
     fake_steps(monkeypatch)
     out = tmp_path / "results"
     check.release_check(four.config, [GOOD, GOOD2], wheel=False, out_dir=out)
-    patch = next(four.series_dir(GOOD2).glob("*.patch"))
-    patch.write_text(patch.read_text().replace("What it does.", "What it does, reworded."))
+    directory = four.series_dir(GOOD2)
+    edit_stored(directory, patch_names(directory)[0], reword)
     capsys.readouterr()
     assert main(["release-merge", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,7 +7,7 @@ import pytest
 
 from vllm_fork.errors import SeriesError
 from vllm_fork.series import store
-from vllm_fork.series.patches import load_series, parse_patch, read_series_file, validate_header
+from vllm_fork.series.patches import load_series, parse_patch, validate_header
 
 PATCH = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -86,26 +86,17 @@ def test_not_a_patch(tmp_path: Path) -> None:
         parse_patch(write(tmp_path / "junk.patch", "hello\n"))
 
 
-def test_series_file_order_comments_and_errors(tmp_path: Path) -> None:
-    d = tmp_path / "series" / "1.0"
-    assert read_series_file(d) == []  # absent directory = empty series
-    write(d / "series", "# comment\nb.patch  # trailing\n\na.patch\n")
-    assert read_series_file(d) == ["b.patch", "a.patch"]
-    with pytest.raises(SeriesError, match="lists b.patch, which does not exist"):
-        load_series(d)
-    write(d / "b.patch", PATCH)
-    write(d / "a.patch", PATCH)
-    write(d / "stray.patch", PATCH)
-    with pytest.raises(SeriesError, match="not listed in series: stray.patch"):
-        load_series(d)
-    (d / "stray.patch").unlink()
-    assert [p.name for p in load_series(d).patches] == ["b.patch", "a.patch"]
-    write(d / "series", "a.patch\na.patch\n")
-    with pytest.raises(SeriesError, match="listed twice"):
-        read_series_file(d)
-    write(d / "series", "../x.patch\n")
-    with pytest.raises(SeriesError, match="not a plain file name"):
-        read_series_file(d)
+def test_a_series_is_read_in_its_series_file_order(tmp_path: Path) -> None:
+    root = tmp_path / "series"
+    b, a = PATCH.replace("x = 1", "x = 2"), PATCH
+    store.write_store(
+        root, {"1.0": store.BaseSeries(["b", "a"], [b.encode(), a.encode()], ["# comment"])}
+    )
+    series = load_series(root / "1.0")
+    assert [p.name for p in series.patches] == ["0001-b.patch", "0002-a.patch"]
+    assert [p.read_text() for p in series.patches] == [b, a]
+    assert series.comments == ("# comment",)
+    assert load_series(root / "2.0").patches == ()  # no series file: an empty series
 
 
 def test_a_patch_without_an_id_is_valid_and_has_none(tmp_path: Path) -> None:

@@ -7,12 +7,14 @@ import pytest
 
 from vllm_fork.errors import ExportRefusedError, PatchFailedError, SeriesError, WorkTreeError
 from vllm_fork.facts.names import tag_for
+from vllm_fork.series import store
 from vllm_fork.series.patches import load_series, parse_patch
 from vllm_fork.tree.export import export
 from vllm_fork.tree.materialize import materialize
 
 from .conftest import FAKE_VERSION, ForkRepo
 from .gitutil import DATE, commit, git, trailer_block
+from .seriesutil import edit_stored, patch_names, stored_patch, tree_files
 
 
 def make_series(repo: ForkRepo, tmp_path: Path) -> Path:
@@ -71,10 +73,10 @@ def test_import_is_deterministic(fork_repo: ForkRepo, tmp_path: Path) -> None:
 def test_export_round_trip_is_byte_stable(fork_repo: ForkRepo, tmp_path: Path) -> None:
     make_series(fork_repo, tmp_path)
     series_dir = fork_repo.series_dir()
-    names = (series_dir / "series").read_text().splitlines()[1:]
+    names = patch_names(series_dir)
     assert names == ["0001-ROCm-Change-f3.patch", "0002-ROCm-Tests-Cover-f3.patch"]
-    before = {p.name: p.read_bytes() for p in series_dir.iterdir()}
-    header = parse_patch(series_dir / names[0])
+    before = tree_files(fork_repo.config.series_root)
+    header = parse_patch(stored_patch(series_dir, names[0]))
     assert header.subject == "[ROCm] Change f3" and header.change == "ar-rms-pack-gate"
     assert header.date == "Sat, 21 Nov 2026 12:00:00 +0000"
 
@@ -87,7 +89,7 @@ def test_export_round_trip_is_byte_stable(fork_repo: ForkRepo, tmp_path: Path) -
     )
     exported = export(fork_repo.config, again)
     assert not exported.changed
-    assert {p.name: p.read_bytes() for p in series_dir.iterdir()} == before
+    assert tree_files(fork_repo.config.series_root) == before
 
     # the same series materializes to the same commits every time
     third = tmp_path / "third"
@@ -117,10 +119,10 @@ def test_export_removes_stale_and_refuses_dirty(fork_repo: ForkRepo, tmp_path: P
         "0001-ROCm-Change-f3.patch"
     ]
     (tree / "vllm/layer.py").write_text("dirty\n")
-    before = sorted(p.name for p in fork_repo.series_dir().iterdir())
+    before = tree_files(fork_repo.config.series_root)
     with pytest.raises(WorkTreeError, match="(?s)uncommitted changes.*M vllm/layer.py"):
         export(fork_repo.config, tree)
-    assert sorted(p.name for p in fork_repo.series_dir().iterdir()) == before
+    assert tree_files(fork_repo.config.series_root) == before
 
 
 def test_export_keeps_history_comments_when_the_list_changes(
@@ -134,8 +136,11 @@ def test_export_keeps_history_comments_when_the_list_changes(
     result = export(fork_repo.config, tree, force=True)
     assert result.series_changed
     text = series_file.read_text()
-    assert text.endswith("0001-ROCm-Change-f3.patch\n" + history)
-    assert text.count("# Patch order") == 1
+    assert text.startswith(store.HEADER + history)
+    assert text.endswith(
+        f"{stored_patch(fork_repo.series_dir(), '0001-ROCm-Change-f3.patch').name}\n"
+    )
+    assert text.count(store.HEADER) == 1
 
 
 def test_export_rejects_commit_without_header(fork_repo: ForkRepo, tmp_path: Path) -> None:
@@ -164,17 +169,20 @@ def test_materialize_into_empty_dir(fork_repo: ForkRepo, tmp_path: Path) -> None
     assert (target / "vllm" / "layer.py").is_file()
 
 
-def break_first_patch(repo: ForkRepo) -> Path:
-    patch = repo.series_dir() / "0001-ROCm-Change-f3.patch"
-    text = patch.read_text()
-    # the hunk now expects context that upstream does not have, and its blob ids are unknown
-    text = text.replace("\n def f3(x):", "\n def f3(y):")
-    text = "\n".join(
-        line if not line.startswith("index ") else "index " + "1" * 40 + ".." + "2" * 40 + " 100644"
-        for line in text.split("\n")
-    )
-    patch.write_text(text)
-    return patch
+def break_first_patch(repo: ForkRepo) -> None:
+    def broken(data: bytes) -> bytes:
+        text = data.decode()
+        # the hunk now expects context that upstream does not have, and its blob ids are unknown
+        text = text.replace("\n def f3(x):", "\n def f3(y):")
+        text = "\n".join(
+            line
+            if not line.startswith("index ")
+            else "index " + "1" * 40 + ".." + "2" * 40 + " 100644"
+            for line in text.split("\n")
+        )
+        return text.encode()
+
+    edit_stored(repo.series_dir(), "0001-ROCm-Change-f3.patch", broken)
 
 
 def test_failing_patch_is_reported_and_dir_removed(fork_repo: ForkRepo, tmp_path: Path) -> None:
@@ -214,7 +222,8 @@ def test_renames_round_trip_and_match_documented_command(
         {"vllm/extra.py": "y = 2\n"},
     )
     export(fork_repo.config, tree)
-    patch = fork_repo.series_dir() / "0001-ROCm-Rename-the-kernel.patch"
+    name = "0001-ROCm-Rename-the-kernel.patch"
+    patch = stored_patch(fork_repo.series_dir(), name)
     assert "rename from csrc/kernel.cu" in patch.read_text()
     # the command docs/series-format.md gives produces the same bytes
     plain = tmp_path / "plain"
@@ -234,7 +243,7 @@ def test_renames_round_trip_and_match_documented_command(
         cwd=tree,
         check=True,
     )
-    assert (plain / patch.name).read_bytes() == patch.read_bytes()
+    assert (plain / name).read_bytes() == patch.read_bytes()
     again = tmp_path / "again"
     materialize(fork_repo.config, None, again)
     assert (again / "csrc/kernels.cu").is_file() and not (again / "csrc/kernel.cu").exists()

@@ -17,12 +17,10 @@ release="$(cat "$out/release")"
 branch="update/vllm-$release"
 
 cp "$out/changes/bases.toml" bases.toml
-if [[ -f "$out/changes/series/index" ]]; then
-    # the whole stored-once series/ (pool variants no base references are gone)
+if [[ -d "$out/changes/series" ]]; then
+    # the whole series/ (pool files no series names any more are gone)
     rm -rf series
     cp -R "$out/changes/series" series
-elif [[ -d "$out/changes/series" ]]; then
-    cp -R "$out/changes/series/." series/
 fi
 git checkout -B "$branch"
 git add bases.toml series

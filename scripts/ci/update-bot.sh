@@ -71,10 +71,9 @@ if [[ ! "$release" =~ ^[0-9]+(\.[0-9]+)*$ ]]; then
 fi
 
 cp "$out/report/update.md" "$out/report/body.md"
-# a series of the release: series/index names it (stored once) or series/<V>/series (legacy)
+# a series of the release: its series/<V>/series file (docs/series-format.md)
 has_series() {
-    [[ -f "series/$release/series" ]] ||
-        grep -qE "^\[(.* )?${release//./\\.}( .*)?\]\$" series/index 2>/dev/null
+    [[ -f "series/$release/series" ]]
 }
 if has_series; then
     check=0
@@ -96,12 +95,9 @@ watch_section >> "$out/report/body.md"
 
 mkdir -p "$out/changes"
 cp bases.toml "$out/changes/"
-if [[ -f series/index ]] && has_series; then
-    # stored once: the index and the pool change together; the whole series/ goes
+if has_series; then
+    # the series file and the pool change together: the whole series/ goes
     cp -R series "$out/changes/"
-elif [[ -d "series/$release" ]]; then
-    mkdir -p "$out/changes/series"
-    cp -R "series/$release" "$out/changes/series/"
 fi
 echo "$release" > "$out/release"
 if [[ -n "${GITHUB_OUTPUT:-}" ]]; then

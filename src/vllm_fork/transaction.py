@@ -153,10 +153,19 @@ class TreeCommit:
         journal = self.journal
         return journal is not None and bool(journal.get("done"))
 
-    def run(self, root: Path, staged: Path, write: list[str], remove: list[str]) -> list[str]:
+    def run(
+        self,
+        root: Path,
+        staged: Path,
+        write: list[str],
+        remove: list[str],
+        *,
+        apply: Callable[[], None] | None = None,
+    ) -> list[str]:
         """Record ``write``/``remove`` (unless a recorded commit is being finished),
         then copy each file of ``write`` from ``staged`` into ``root`` atomically
-        and remove those of ``remove``; the paths touched."""
+        and remove those of ``remove`` (or call ``apply``, the caller's own writer of
+        the same result, which must be idempotent); the paths touched."""
         if self.state is not None:
             if self.journal is None:
                 self.state[self.key] = {"write": write, "remove": remove, "done": False}
@@ -165,18 +174,25 @@ class TreeCommit:
             write, remove = journal["write"], journal["remove"]
             if journal["done"]:
                 return [*write, *remove]
-        for rel in write:
-            copy_atomic(staged / rel, root / rel)
+        if apply is not None:
+            apply()
             if self.fault is not None:
                 faults.point(self.fault)
-        for rel in remove:
-            (root / rel).unlink(missing_ok=True)
+        else:
+            for rel in write:
+                copy_atomic(staged / rel, root / rel)
+                if self.fault is not None:
+                    faults.point(self.fault)
+            for rel in remove:
+                (root / rel).unlink(missing_ok=True)
         if self.state is not None:
             self.state[self.key]["done"] = True
             self.save()
         return [*write, *remove]
 
-    def resume(self, root: Path, staged: Path) -> list[str]:
+    def resume(
+        self, root: Path, staged: Path, *, apply: Callable[[], None] | None = None
+    ) -> list[str]:
         """Finish an interrupted commit."""
         assert self.interrupted
-        return self.run(root, staged, [], [])
+        return self.run(root, staged, [], [], apply=apply)

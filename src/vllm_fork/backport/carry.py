@@ -332,11 +332,8 @@ class Backport:
                 kept = self.recorded(version)
                 if kept is None:
                     del self.state["results"][version]
-                elif kept.verdict in APPLIED and store.is_stored(old):
-                    store.update_base(tmp / "series", version, store.read_base(old, version))
                 elif kept.verdict in APPLIED:
-                    shutil.rmtree(tmp / "series" / version, ignore_errors=True)
-                    shutil.copytree(old / version, tmp / "series" / version, symlinks=True)
+                    store.update_base(tmp / "series", version, store.read_base(old, version))
             shutil.rmtree(self.stage)
         place_dir(tmp, self.stage)
         self.state["series_at_start"] = start
@@ -355,13 +352,23 @@ class Backport:
         all of them on the next run)."""
         real, staged = self.config.series_root, self.stage / "series"
         transaction = self.transaction
-        if transaction.journal is not None:
-            return transaction.run(real, staged, [], [])
-        if _digest_dir(real) != self.state.get("series_at_start"):
-            raise UsageError("series/ changed while the backport ran; run it again with --restart")
-        # the index last: until it is replaced it names only variants already there
-        write, remove = plan_writes(real, staged, last=[store.INDEX_FILE])
-        return transaction.run(real, staged, write, remove)
+        write: list[str] = []
+        remove: list[str] = []
+        if transaction.journal is None:
+            if _digest_dir(real) != self.state.get("series_at_start"):
+                raise UsageError(
+                    "series/ changed while the backport ran; run it again with --restart"
+                )
+            write, remove = plan_writes(real, staged)
+            # the series files last: until one is replaced it names only pool files there
+            write.sort(key=store.commit_order)
+
+        def through_the_store() -> None:
+            # the store's one writer: pool files first, then each base's series file,
+            # then what no series names; idempotent, so a killed run's rerun finishes it
+            store.write_store(real, store.read_all(staged))
+
+        return transaction.run(real, staged, write, remove, apply=through_the_store)
 
     # -- one base --
 

@@ -207,36 +207,37 @@ def _series_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--check",
         action="store_true",
-        help="only say whether series/ is stored once (exit 1 when a conversion would write)",
+        help="only say whether series/ is in the plain layout as written (exit 1 when "
+        "a conversion would write)",
     )
 
 
 def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.lock import dir_lock
-    from vllm_fork.series import store
+    from vllm_fork.series import legacy
 
     root = config.series_root
     with dir_lock(config.cache_dir, root):
-        bases = store.read_all(root)
-        before = store.figures(root)
-        if args.check:
-            legacy = store.legacy_bases(root)
-            wanted = store.render_index(bases).encode()
-            index = root / store.INDEX_FILE
-            current = index.read_bytes() if index.is_file() else b""
-            pool = root / store.POOL_DIR
-            have = {p.name for p in pool.iterdir()} if pool.is_dir() else set()
-            stale = legacy or current != wanted or have != set(store.plan_pool(bases))
-            print(f"{root}: {len(bases)} base(s), {'not ' if stale else ''}stored once")
-            return 1 if stale else 0
-        change = store.write_store(root, bases)
-    after = store.figures(root)
+        result = legacy.convert(root, check=args.check)
+    for note in result.notes:
+        print(f"  {note}")
+    if args.check:
+        stale = result.change.changed
+        print(f"{root}: {result.bases} base(s), {'not ' if stale else ''}as written")
+        for rel in result.change.written:
+            print(f"  would write {rel}")
+        for rel in result.change.removed:
+            print(f"  would remove {rel}")
+        return 1 if stale else 0
+    before, after = result.before, result.after
     print(
-        f"{root}: {len(bases)} base(s); files {before['files']} -> {after['files']}, "
+        f"{root}: {result.bases} base(s); files {before['files']} -> {after['files']}, "
         f"distinct contents {before['distinct']} -> {after['distinct']}, "
-        f"lines {before['lines']} -> {after['lines']}" + ("" if change.changed else " (unchanged)")
+        f"bytes {before['bytes']} -> {after['bytes']}, "
+        f"lines {before['lines']} -> {after['lines']}"
+        + ("" if result.change.changed else " (unchanged)")
     )
-    return 0
+    return 1 if result.conflicts else 0
 
 
 # --- status ------------------------------------------------------------------------
@@ -408,12 +409,12 @@ COMMANDS: dict[str, Command] = {
         _materialize_run,
     ),
     "export": Command(
-        "regenerate a base's series (series/index, series/pool/) from a work tree's commits",
+        "regenerate a base's series (series/<V>/series, series/pool/) from a work tree's commits",
         _export_args,
         _export_run,
     ),
     "series-store": Command(
-        "store series/ once (convert per-base series/<V>/ directories; idempotent)",
+        "convert series/ to plain patches stored once (older layouts, merges; idempotent)",
         _series_store_args,
         _series_store_run,
     ),

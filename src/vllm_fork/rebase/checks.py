@@ -49,8 +49,7 @@ def check_start(
         config.base(onto_version)
     except UnknownVersionError as exc:
         raise UnknownVersionError(f"{exc}; run `vllm-fork pin {onto_version}` first") from None
-    stored = store.has_series(new_series.parent, onto_version)
-    if not force and (stored or any(new_series.glob("*.patch"))):
+    if not force and store.has_series(new_series.parent, onto_version):
         raise RebaseRefusedError(
             f"{new_series} already exists; a rebase would overwrite it (pass --force-series "
             "to replace it)"

@@ -36,7 +36,6 @@ git's own sequencer state and the state file say.
 from __future__ import annotations
 
 import shlex
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,12 +399,11 @@ def _step_finish(
 
 
 def _series_files(series_dir: Path) -> list[Path]:
-    """The files finishing may write (and abort puts back): the store's index and
-    pool (series/store.py) and the onto base's own directory."""
+    """The files finishing may write (and abort puts back): the store's pool
+    (series/store.py) and the onto base's own directory (its series file)."""
     root = series_dir.parent
     dirs = [d for d in (root / store.POOL_DIR, series_dir) if d.is_dir()]
-    index = root / store.INDEX_FILE
-    return [*([index] if index.is_file() else []), *(p for d in dirs for p in d.iterdir())]
+    return [p for d in dirs for p in d.iterdir()]
 
 
 # --- continue / skip / abort -------------------------------------------------------
@@ -470,16 +468,14 @@ def abort_rebase(config: Workspace, tree: Path, *, log: Log = print) -> RebaseSt
     for name in ("MERGE_MSG", "AUTO_MERGE", "CHERRY_PICK_HEAD", "REBASE_HEAD", TODO_FILE):
         (git_dir / name).unlink(missing_ok=True)
     run_git(["config", BASE_KEY, state.orig_base], cwd=tree)
-    if state.files_before is not None:  # finishing wrote series/<V2>/: put it back
+    if state.files_before is not None:  # finishing wrote series/<V2>: put it back
         series_dir = Path(state.series_dir)
-        for path in _series_files(series_dir):
-            if str(path) not in state.files_before:
-                path.unlink()
-        for name, text in state.files_before.items():
-            if name != str(series_dir) and text is not None:
-                Path(name).write_bytes(text.encode("latin-1"))
-        if state.files_before.get(str(series_dir)) is None:
-            shutil.rmtree(series_dir, ignore_errors=True)
+        saved = {
+            Path(name): text.encode("latin-1")
+            for name, text in state.files_before.items()
+            if name != str(series_dir) and text is not None
+        }
+        store.restore_base(series_dir.parent, series_dir.name, saved)
     clear_state(git_dir)
     log(
         f"rebase aborted: {tree} is back at {state.orig_head[:12]} "

@@ -17,7 +17,7 @@ from vllm_fork.rebase.conflicts import (
     note_added_by_dropped,
 )
 from vllm_fork.rebase.state import ABSORBED, SKIPPED, RebaseState
-from vllm_fork.series.patches import parse_patch, read_series_file
+from vllm_fork.series.patches import load_series
 from vllm_fork.tree.apply import ApplyError, applier, repo_of
 from vllm_fork.tree.commits import read_commits
 
@@ -31,16 +31,11 @@ def _old_series_names(series_dir: Path) -> dict[str, str]:
     """subject -> patch file name of the old series (for the report and the trailers)."""
     names: dict[str, str] = {}
     try:
-        files = read_series_file(series_dir)
+        series = load_series(series_dir, validate=False)
     except ForkError:
         return names
-    for name in files:
-        path = series_dir / name
-        if path.is_file():
-            try:
-                names.setdefault(parse_patch(path).subject, name)
-            except ForkError:
-                continue
+    for header in series.headers:
+        names.setdefault(header.subject, header.file)
     return names
 
 

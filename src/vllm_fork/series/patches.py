@@ -1,4 +1,4 @@
-"""Patch series: ``series/<V>/series`` (ordered file names) and patch headers.
+"""Patch series: a base's patches (read through series/store.py) and their headers.
 
 A patch is ``git format-patch`` output. Its mail headers are read with the
 stdlib ``email`` parser; the DEP-3 style fields are git trailers of the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +20,9 @@ from vllm_fork.facts.state import PARTS
 from vllm_fork.git import git_env, run_git
 from vllm_fork.series import store
 from vllm_fork.series.forkversion import REVISION_FILE
-from vllm_fork.series.store import SERIES_FILE, read_series_file
 
 PATCH_ID_TRAILER = "Fork-Patch"
 
-__all__ = ["SERIES_FILE", "read_series_file"]
 REQUIRED = ("Fork-Change", "Fork-Part", "Origin", "Forwarded")
 KNOWN_TRAILERS = (
     *REQUIRED,
@@ -225,7 +222,7 @@ def validate_header(header: PatchHeader, changes: tuple[str, ...] | None = None)
 @dataclass(frozen=True)
 class Series:
     directory: Path  # series/<V> (its optional ``revision`` file)
-    patches: tuple[Path, ...]  # files named as in the series (a private copy when stored once)
+    patches: tuple[Path, ...]  # private copies, named as git format-patch names them
     headers: tuple[PatchHeader, ...]
     comments: tuple[str, ...] = ()  # the series' '#' lines (Applied-Upstream history)
 
@@ -258,7 +255,7 @@ class Series:
 
 
 def series_digest(series_dir: Path, names: Sequence[str] | None = None) -> str:
-    """The one digest of a series, in either layout (series/store.py): sha256 over
+    """The one digest of a series (read through series/store.py): sha256 over
     its comment lines, its patches in series order (``names``: only those), each
     as name, length and bytes, and its ``revision`` file. A series that cannot
     be read has the digest of what could be read (none of its patches)."""
@@ -274,19 +271,13 @@ def series_digest(series_dir: Path, names: Sequence[str] | None = None) -> str:
 
 
 def _digest(comments: Sequence[str], patches: Sequence[tuple[str, bytes]], revision: Path) -> str:
-    digest = hashlib.sha256()
-    for line in comments:
-        digest.update(f"#\0{line}\0".encode())
     rev = revision.read_bytes() if revision.is_file() else b""
-    for name, data in (*patches, (REVISION_FILE, rev)):
-        digest.update(f"{name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
+    return store.content_digest(comments, (*patches, (REVISION_FILE, rev)))
 
 
 def load_series(series_dir: Path, *, validate: bool = True) -> Series:
-    """Read and validate a base's series (``series_dir``: series/<V>), from the
-    stored-once index or the legacy per-base directory (series/store.py)."""
+    """Read and validate a base's series (``series_dir``: series/<V>; its patches
+    in series/pool/, read through series/store.py)."""
     base = store.read_base(series_dir.parent, series_dir.name)
     if base is None:
         return Series(series_dir, (), ())

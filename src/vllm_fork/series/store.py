@@ -1,29 +1,28 @@
-"""Stored-once series: every distinct patch is kept once under ``series/pool/``.
+"""The series store: plain ``git format-patch`` files, each distinct one stored once.
 
 Layout (docs/series-format.md)::
 
-    series/index                 one section per distinct series, naming the bases
-                                 that carry it: ``[0.20.0 0.20.1 0.20.2]``, then its
-                                 '#' comment lines (the Applied-Upstream history), then
-                                 one pool variant per line, in patch order
-    series/pool/<stem>.<h>.patch a patch variant, byte for byte what
-                                 ``git format-patch`` wrote (``h``: the first 10 hex
-                                 digits of the sha256 of those bytes)
-    series/pool/<stem>.<h>.delta the same, stored as a line delta against another
-                                 variant of the same logical patch (a full ``.patch``)
-    series/<V>/revision          optional, as before (series/forkversion.py)
+    series/pool/<stem>.<h>.patch  a patch, byte for byte what ``git format-patch``
+                                  wrote (``h``: the first 10 hex digits of the
+                                  sha256 of those bytes); one file per distinct
+                                  content, whatever number of bases carry it
+    series/<V>/series             base V's series: its '#' lines (the rebase
+                                  history), then the pool files it applies, in order
+    series/<V>/revision           optional (series/forkversion.py)
 
-A base's patch ``i`` (from 1) is ``<i:04d>-<stem>.patch``: the name
-``git format-patch`` gives it, so a materialized and unchanged tree exports
-the same names and bytes. The legacy layout (``series/<V>/series`` and
-``series/<V>/*.patch``) is still read: where a base has it, it overrides the
-index (a per-base series merged in after the conversion is the newer), and
-:func:`write_store` (``vllm-fork series-store``) folds it into the store.
+A base's patch ``i`` (from 1) is ``<i:04d>-<stem>.patch``: the name ``git
+format-patch`` gives it, so a materialized and unchanged tree exports the same
+names and bytes.
 
-Writing is atomic: new pool files are written first (each by rename), the
-index is replaced by one rename (the commit point), and only then pool files
-no base references and converted legacy files are removed. A run killed or
-failing at any point leaves the old index and every pool file it names.
+This module is the one reader and the one writer of the layout. A store that
+still holds files of an older layout (``series/index``, line deltas, per-base
+patch directories) is refused with the command that converts it: only
+series/legacy.py reads those, for ``vllm-fork series-store``.
+
+Writing (:func:`write_store`) puts new pool files first (each by rename), then
+each base's series file (each by rename: a base's commit point), and only then
+removes what no series names any more. A run killed or failing at any point
+leaves every base's series readable, old or new, with every pool file it names.
 """
 
 from __future__ import annotations
@@ -31,41 +30,34 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
-import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from difflib import SequenceMatcher
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork import faults
-from vllm_fork.atomic import write_bytes_atomic
+from vllm_fork.atomic import place_dir, write_bytes_atomic
 from vllm_fork.errors import SeriesError, fs_fault, is_fs_fault
 
 log = logging.getLogger(__name__)
 
 SERIES_FILE = "series"
-INDEX_FILE = "index"
 POOL_DIR = "pool"
-FULL = ".patch"
-DELTA = ".delta"
+PATCH = ".patch"
 HASH_LEN = 10
-DELTA_MAGIC = b"vllm-fork delta 1\n"
-# a delta is kept only when it is at most this share of the full variant's lines
-DELTA_RATIO = 0.5
-INDEX_HEADER = (
-    "# Stored-once series (docs/series-format.md), written by `vllm-fork export`.\n"
-    "# [bases]: one series; its '#' lines, then its patches (series/pool/) in order.\n"
+HEADER = (
+    "# This base's patches, applied in this order: files of series/pool/ (docs/series-format.md).\n"
+    "# Written by `vllm-fork export`; the other '#' lines are the base's rebase history.\n"
 )
-LEGACY_HEADER = "# Patch order for `vllm-fork materialize`; written by `vllm-fork export`.\n"
+_HEADER_LINES = frozenset(HEADER.splitlines())
+CONVERT = "run `vllm-fork series-store` to convert it (docs/series-format.md)"
+MARKERS = ("<<<<<<<", "|||||||", "=======", ">>>>>>>")  # of a merge conflict
 _NAME_RE = re.compile(r"^[0-9]{4}-(?P<stem>.+)\.patch$")
-_REF_RE = re.compile(rf"^(?P<stem>[^/\s]+)\.(?P<hash>[0-9a-f]{{{HASH_LEN}}})$")
-_ID_RE = re.compile(rb"^Fork-Patch:[ \t]*(\S.*?)\s*$", re.MULTILINE)
-_SUBJECT_RE = re.compile(rb"^Subject:[ \t]*(.*?)\s*$", re.MULTILINE)
+_POOL_RE = re.compile(rf"^(?P<stem>[^/\s]+)\.(?P<hash>[0-9a-f]{{{HASH_LEN}}})\.patch$")
 
 
 @dataclass
@@ -75,14 +67,14 @@ class BaseSeries:
     stems: list[str] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
     comments: list[str] = field(default_factory=list)  # each a '#' line, no newline
-    # the file names of a legacy series/<V>/ (None: as git format-patch names them)
-    legacy_names: list[str] | None = None
 
     @property
     def names(self) -> list[str]:
-        if self.legacy_names is not None and len(self.legacy_names) == len(self.stems):
-            return list(self.legacy_names)
         return [patch_name(i, stem) for i, stem in enumerate(self.stems, 1)]
+
+    @property
+    def pool_names(self) -> list[str]:
+        return [pool_name(s, d) for s, d in zip(self.stems, self.contents, strict=True)]
 
     def key(self) -> tuple[object, ...]:
         return (tuple(self.comments), tuple(self.stems), tuple(self.contents))
@@ -97,30 +89,22 @@ def stem_of(name: str) -> str:
     m = _NAME_RE.match(name)
     if m:
         return m.group("stem")
-    return name[: -len(FULL)] if name.endswith(FULL) else name
+    return name[: -len(PATCH)] if name.endswith(PATCH) else name
 
 
 def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def variant_ref(stem: str, data: bytes) -> str:
-    return f"{stem}.{content_hash(data)[:HASH_LEN]}"
+def pool_name(stem: str, data: bytes) -> str:
+    """The file name of ``data`` in series/pool/."""
+    return f"{stem}.{content_hash(data)[:HASH_LEN]}{PATCH}"
 
 
-def logical_id(data: bytes) -> str:
-    """The patch's identity across bases: its ``Fork-Patch`` trailer, else its subject."""
-    message = data.split(b"\n---\n", 1)[0]
-    found = _ID_RE.findall(message)
-    if found:
-        return found[-1].decode(errors="replace")
-    subject = _SUBJECT_RE.search(data)
-    return subject.group(1).decode(errors="replace") if subject else ""
-
-
-def _lines(data: bytes) -> list[bytes]:
-    """``data`` split after each newline (the last line may lack one)."""
-    return re.findall(rb"[^\n]*\n|[^\n]+$", data)
+def pool_stem(name: str) -> str | None:
+    """The stem of a pool file name (None: not one)."""
+    m = _POOL_RE.match(name)
+    return m.group("stem") if m else None
 
 
 def _version_key(version: str) -> tuple[int, Version | str]:
@@ -134,283 +118,187 @@ def sort_versions(versions: Iterable[str]) -> list[str]:
     return sorted(versions, key=_version_key)
 
 
-# --- deltas -----------------------------------------------------------------------------
-
-
-def make_delta(parent_ref: str, parent: bytes, data: bytes) -> bytes:
-    """``data`` as copy/insert operations on the lines of ``parent``."""
-    old, new = _lines(parent), _lines(data)
-    out = [DELTA_MAGIC, f"base {parent_ref}\nsha256 {content_hash(data)}\n".encode()]
-    matcher = SequenceMatcher(None, old, new, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            out.append(f"= {i1} {i2 - i1}\n".encode())
-        elif j2 > j1:
-            out.append(f"+ {j2 - j1}\n".encode())
-            out.extend(new[j1:j2])
-    # a literal last line without a newline would swallow the next op: none follows
-    return b"".join(out)
-
-
-def delta_parent(delta: bytes) -> str:
-    lines = _lines(delta)
-    if len(lines) < 3 or lines[0] != DELTA_MAGIC or not lines[1].startswith(b"base "):
-        raise SeriesError("not a series delta (bad header)")
-    return lines[1][5:].decode().strip()
-
-
-def apply_delta(delta: bytes, parent: bytes, where: str) -> bytes:
-    lines = _lines(delta)
-    try:
-        if lines[0] != DELTA_MAGIC or not lines[2].startswith(b"sha256 "):
-            raise ValueError("bad header")
-        want = lines[2][7:].decode().strip()
-        old = _lines(parent)
-        out: list[bytes] = []
-        at = 3
-        while at < len(lines):
-            op, a, *b = lines[at].decode().split()
-            at += 1
-            if op == "=":
-                start, count = int(a), int(b[0])
-                if start + count > len(old):
-                    raise ValueError("copy past the end of the base")
-                out.extend(old[start : start + count])
-            elif op == "+":
-                count = int(a)
-                if at + count > len(lines):
-                    raise ValueError("truncated literal lines")
-                out.extend(lines[at : at + count])
-                at += count
-            else:
-                raise ValueError(f"unknown operation {op!r}")
-    except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise SeriesError(f"{where}: malformed delta: {exc}") from None
-    data = b"".join(out)
-    if content_hash(data) != want:
-        raise SeriesError(f"{where}: delta does not give the recorded content (sha256 mismatch)")
-    return data
-
-
 # --- reading ----------------------------------------------------------------------------
 
 
-def read_series_file(series_dir: Path) -> list[str]:
-    """Patch file names in order of a legacy ``series/<V>/series`` file; an absent
-    series directory is an empty series."""
-    series_file = series_dir / SERIES_FILE
-    if not series_dir.exists():
-        return []
-    if not series_file.is_file():
-        if any(series_dir.glob("*.patch")):
-            raise SeriesError(f"{series_dir} has patches but no {SERIES_FILE} file")
-        return []
+def parse_series(text: str, where: str) -> tuple[list[str], list[str]]:
+    """A series file's pool file names, in order, and its '#' lines (the header
+    the writer puts first left out)."""
     names: list[str] = []
-    for lineno, line in enumerate(series_file.read_text().splitlines(), 1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        if "/" in entry or entry in (".", ".."):
-            raise SeriesError(f"{series_file}:{lineno}: {entry!r} is not a plain file name")
-        if entry in names:
-            raise SeriesError(f"{series_file}:{lineno}: {entry} is listed twice")
-        names.append(entry)
-    return names
-
-
-def _legacy_comments(series_file: Path) -> list[str]:
-    if not series_file.is_file():
-        return []
-    own = set(LEGACY_HEADER.splitlines())
-    return [
-        line.rstrip("\n")
-        for line in series_file.read_text().splitlines()
-        if line.lstrip().startswith("#") and line not in own
-    ]
-
-
-def parse_index(text: str, where: str) -> list[tuple[list[str], list[str], list[str]]]:
-    """Sections of an index: (bases, comment lines, pool refs)."""
-    sections: list[tuple[list[str], list[str], list[str]]] = []
-    seen: set[str] = set()
+    comments: list[str] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line:
+        if not line or raw in _HEADER_LINES:
             continue
-        if line.startswith("["):
-            if not line.endswith("]") or not line[1:-1].split():
-                raise SeriesError(f"{where}:{lineno}: bad section line {raw!r}")
-            bases = line[1:-1].split()
-            for base in bases:
-                if base in seen:
-                    raise SeriesError(f"{where}:{lineno}: base {base} has two series")
-                seen.add(base)
-            sections.append((bases, [], []))
-        elif line.startswith("#"):
-            if sections:
-                sections[-1][1].append(raw)
-        elif not sections:
-            raise SeriesError(f"{where}:{lineno}: a patch before the first [bases] line")
-        elif not _REF_RE.match(line):
-            raise SeriesError(f"{where}:{lineno}: {line!r} is not a pool variant name")
+        if line.startswith("#"):
+            comments.append(raw)
+        elif line.startswith(MARKERS):
+            raise SeriesError(
+                f"{where}:{lineno}: a merge conflict: keep the lines the series needs, delete "
+                "the markers, then run `vllm-fork series-store` (docs/series-format.md)"
+            )
+        elif pool_stem(line) is None:
+            raise SeriesError(
+                f"{where}:{lineno}: {line!r} is not a file name of series/{POOL_DIR}/ "
+                f"(<stem>.<{HASH_LEN} hex digits>{PATCH}; a series of an older layout? {CONVERT})"
+            )
+        elif line in names:
+            raise SeriesError(f"{where}:{lineno}: {line} is listed twice")
         else:
-            sections[-1][2].append(line)
-    return sections
+            names.append(line)
+    return names, comments
+
+
+def render_series(base: BaseSeries) -> bytes:
+    """The series file of ``base``, as the writer writes it."""
+    out = [HEADER, *(f"{line}\n" for line in base.comments)]
+    out.extend(f"{name}\n" for name in base.pool_names)
+    return "".join(out).encode()
+
+
+def old_layout(root: Path) -> list[str]:
+    """The files under ``root`` (series/) that are not of this layout, relative:
+    files of an older one (merged in from a branch that still writes it)."""
+    if not root.is_dir():
+        return []
+    found: list[str] = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_dir():
+            found.append(entry.name)
+        elif entry.name == POOL_DIR:
+            found.extend(
+                f"{POOL_DIR}/{p.name}"
+                for p in sorted(entry.iterdir())
+                if not p.name.startswith(".") and pool_stem(p.name) is None
+            )
+        else:
+            found.extend(f"{entry.name}/{p.name}" for p in sorted(entry.glob("*" + PATCH)))
+    return found
+
+
+def check_layout(root: Path) -> None:
+    """Refuse a store that holds files of an older layout (they would be ignored)."""
+    found = old_layout(root)
+    if found:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        raise SeriesError(
+            f"{root} holds files of an older series layout ({', '.join(found[:3])}{more}); "
+            + CONVERT
+        )
 
 
 class Pool:
-    """The variants of ``series/pool/``, decoded on demand (deltas resolved)."""
+    """The files of series/pool/, read once each and checked against their names."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._cache: dict[str, bytes] = {}
 
-    def get(self, ref: str, *, _depth: int = 0) -> bytes:
-        held = self._cache.get(ref)
+    def get(self, name: str, where: str) -> bytes:
+        held = self._cache.get(name)
         if held is not None:
             return held
-        full, delta = self.directory / f"{ref}{FULL}", self.directory / f"{ref}{DELTA}"
+        path = self.directory / name
         try:
-            if full.is_file():
-                data = full.read_bytes()
-            elif delta.is_file():
-                raw = delta.read_bytes()
-                parent = delta_parent(raw)
-                if _depth > 0 or parent == ref:
-                    raise SeriesError(f"{delta}: a delta must be against a full variant")
-                data = apply_delta(raw, self.get(parent, _depth=1), str(delta))
-            else:
-                raise SeriesError(
-                    f"series/{INDEX_FILE} names {ref}, which is not in series/{POOL_DIR}/"
-                )
-        except OSError as exc:
-            raise SeriesError(f"cannot read pool variant {ref}: {exc}") from exc
-        if not ref.endswith("." + content_hash(data)[:HASH_LEN]):
+            data = path.read_bytes()
+        except FileNotFoundError:
             raise SeriesError(
-                f"series/{POOL_DIR}/{ref}: content does not match its name (a merge that "
-                "applied a per-base edit to it? take that branch's series/<V>/ directories and "
-                "run `vllm-fork series-store`: docs/series-format.md)"
+                f"{where} names {name}, which is not in series/{POOL_DIR}/ (removed by a merge? "
+                f"take it from the side that has it: `git checkout <commit> -- "
+                f"series/{POOL_DIR}/{name}`)"
+            ) from None
+        except OSError as exc:
+            raise SeriesError(f"cannot read {path}: {exc}") from exc
+        if pool_name(pool_stem(name) or "", data) != name:
+            raise SeriesError(
+                f"series/{POOL_DIR}/{name}: content does not match its name (edited by hand? "
+                "a patch changes through `vllm-fork materialize` and `export`; "
+                "docs/series-format.md)"
             )
-        self._cache[ref] = data
+        self._cache[name] = data
         return data
 
 
-def read_index(
-    root: Path, skip: Iterable[str] = (), only: str | None = None
-) -> dict[str, BaseSeries]:
-    """The bases named by ``root/index`` (``root``: the series/ directory), less
-    those in ``skip`` (their variants are not read); ``only``: just that base's."""
-    index = root / INDEX_FILE
-    if not index.is_file():
-        return {}
-    pool = Pool(root / POOL_DIR)
-    out: dict[str, BaseSeries] = {}
-    skipped = set(skip)
-    for bases, comments, refs in parse_index(index.read_text(), str(index)):
-        bases = [b for b in bases if b not in skipped and only in (None, b)]
-        if not bases:
-            continue
-        stems = [_REF_RE.match(r).group("stem") for r in refs]  # type: ignore[union-attr]
-        contents = [pool.get(r) for r in refs]
-        for base in bases:
-            out[base] = BaseSeries(list(stems), list(contents), list(comments))
-    return out
+def read_series(root: Path, version: str, pool: Pool) -> BaseSeries | None:
+    """``version``'s series file, its patches read from ``pool`` (None: it has none)."""
+    path = root / version / SERIES_FILE
+    where = f"series/{version}/{SERIES_FILE}"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SeriesError(f"cannot read {path}: {exc}") from exc
+    names, comments = parse_series(text, where)
+    stems = [pool_stem(n) or "" for n in names]
+    return BaseSeries(stems, [pool.get(n, where) for n in names], comments)
 
 
-def read_legacy(series_dir: Path) -> BaseSeries:
-    names = read_series_file(series_dir)
-    contents: list[bytes] = []
-    for name in names:
-        path = series_dir / name
-        if not path.is_file():
-            raise SeriesError(f"{series_dir / SERIES_FILE} lists {name}, which does not exist")
-        contents.append(path.read_bytes())
-    listed = set(names)
-    strays = sorted(p.name for p in series_dir.glob("*.patch") if p.name not in listed)
-    if strays:
-        raise SeriesError(
-            f"{series_dir}: patch file(s) not listed in {SERIES_FILE}: {', '.join(strays)}"
-        )
-    return BaseSeries(
-        [stem_of(n) for n in names], contents, _legacy_comments(series_dir / SERIES_FILE), names
-    )
-
-
-def legacy_bases(root: Path) -> list[str]:
-    """Bases with a legacy ``series/<V>/series`` file."""
+def _dirs(root: Path) -> list[str]:
+    """The base directories under ``root`` (with a series file or not)."""
     if not root.is_dir():
         return []
-    return sort_versions(
-        p.name for p in root.iterdir() if p.is_dir() and (p / SERIES_FILE).is_file()
-    )
+    return sort_versions(p.name for p in root.iterdir() if p.is_dir() and p.name != POOL_DIR)
+
+
+def _versions(root: Path) -> list[str]:
+    return [v for v in _dirs(root) if (root / v / SERIES_FILE).is_file()]
 
 
 def versions(root: Path) -> list[str]:
-    """Every base with a series (either layout), oldest first."""
-    index = root / INDEX_FILE
-    named: set[str] = set(legacy_bases(root))
-    if index.is_file():
-        for bases, _, _ in parse_index(index.read_text(), str(index)):
-            named.update(bases)
-    return sort_versions(named)
-
-
-def read_all(root: Path) -> dict[str, BaseSeries]:
-    """Every base's series: the index's, where a legacy ``series/<V>/series``
-    overrides it (a per-base series merged or copied in after the conversion is
-    the newer; :func:`write_store` folds it into the store)."""
-    legacy = legacy_bases(root)
-    out = read_index(root, skip=legacy)
-    for base in legacy:
-        out[base] = read_legacy(root / base)
-    return {v: out[v] for v in sort_versions(out)}
-
-
-def in_index(root: Path, version: str) -> bool:
-    index = root / INDEX_FILE
-    if not index.is_file():
-        return False
-    for line in index.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("[") and version in line[1:-1].split():
-            return True
-    return False
+    """Every base with a series, oldest first (``root``: the series/ directory)."""
+    check_layout(root)
+    return _versions(root)
 
 
 def has_series(root: Path, version: str) -> bool:
-    return in_index(root, version) or (root / version / SERIES_FILE).is_file()
+    check_layout(root)
+    return version != POOL_DIR and (root / version / SERIES_FILE).is_file()
 
 
 def read_base(root: Path, version: str) -> BaseSeries | None:
-    """``version``'s series (None: it has none); a legacy ``series/<V>/series``
-    overrides the index (see :func:`read_all`)."""
-    if (root / version / SERIES_FILE).is_file():
-        return read_legacy(root / version)
-    if in_index(root, version):
-        return read_index(root, only=version)[version]
-    if (root / version).is_dir():
-        return read_legacy(root / version)
-    return None
+    """``version``'s series (None: it has none)."""
+    check_layout(root)
+    if version == POOL_DIR:
+        return None
+    return read_series(root, version, Pool(root / POOL_DIR))
+
+
+def read_all(root: Path) -> dict[str, BaseSeries]:
+    """Every base's series, oldest base first."""
+    check_layout(root)
+    pool = Pool(root / POOL_DIR)
+    out: dict[str, BaseSeries] = {}
+    for version in _versions(root):
+        base = read_series(root, version, pool)
+        if base is not None:
+            out[version] = base
+    return out
 
 
 def stamp_paths(root: Path, version: str) -> list[Path]:
-    """The files whose change may change ``version``'s series (for memoizing)."""
-    paths = [root / INDEX_FILE, root / POOL_DIR, root / version]
-    directory = root / version
-    if directory.is_dir():
-        paths.extend(sorted(directory.iterdir()))
-    return paths
+    """The paths whose change may change ``version``'s series (for memoizing)."""
+    return [root, root / POOL_DIR, root / version, root / version / SERIES_FILE]
+
+
+def content_digest(comments: Iterable[str], patches: Iterable[tuple[str, bytes]]) -> str:
+    """The one hash of a series' content: sha256 over its comment lines, then each
+    (name, bytes) in order as name, length and bytes. :func:`digest` and the series
+    digest of release-check and provenance (series/patches.py) are this."""
+    h = hashlib.sha256()
+    for line in comments:
+        h.update(f"#\0{line}\0".encode())
+    for name, data in patches:
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
 
 
 def digest(base: BaseSeries) -> str:
     """sha256 over a series as it is applied: names, bytes and comment lines."""
-    h = hashlib.sha256()
-    for line in base.comments:
-        h.update(f"#\0{line}\0".encode())
-    for name, data in zip(base.names, base.contents, strict=True):
-        h.update(f"{name}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest()
+    return content_digest(base.comments, zip(base.names, base.contents, strict=True))
 
 
 # --- expanded copies for readers that need files ----------------------------------------
@@ -428,7 +316,8 @@ def _expand_root() -> Path:
 
 def expand(base: BaseSeries) -> tuple[Path, list[Path]]:
     """A private directory holding ``base``'s patches under their series names
-    (for ``git am``/``git apply``); made once per content in this process."""
+    (``0001-<stem>.patch``, for ``git am`` and the header readers); made once
+    per content in this process."""
     directory = _expand_root() / digest(base)[:32]
     paths = [directory / name for name in base.names]
     if directory.is_dir():
@@ -441,15 +330,13 @@ def expand(base: BaseSeries) -> tuple[Path, list[Path]]:
                 same = False
             if not same:
                 log.warning(f"{path} no longer held its patch; written again")
-                tmp = path.with_name(f".{path.name}.part")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
+                write_bytes_atomic(path, data)
     else:
         tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".part-"))
         for name, data in zip(base.names, base.contents, strict=True):
             (tmp / name).write_bytes(data)
         try:
-            os.rename(tmp, directory)
+            place_dir(tmp, directory)
         except OSError:  # made meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
     return directory, paths
@@ -458,57 +345,33 @@ def expand(base: BaseSeries) -> tuple[Path, list[Path]]:
 # --- writing ----------------------------------------------------------------------------
 
 
-def plan_pool(bases: dict[str, BaseSeries]) -> dict[str, bytes]:
-    """Pool file name -> file bytes for ``bases`` (deterministic in their content).
+@dataclass(frozen=True)
+class Unresolved:
+    """A base's series file as a merge left it, with conflict markers for a
+    person to resolve, and the pool files either side names."""
 
-    Variants of one logical patch (:func:`logical_id`) are stored as deltas
-    against the variant the newest base carries when that is at most
-    ``DELTA_RATIO`` of the full lines; every other variant in full."""
-    newest: dict[str, tuple[tuple[int, Version | str], str, bytes]] = {}
-    variants: dict[str, tuple[str, bytes]] = {}
-    for version, base in bases.items():
-        for stem, data in zip(base.stems, base.contents, strict=True):
-            ref = variant_ref(stem, data)
-            variants[ref] = (stem, data)
-            key = (_version_key(version), ref, data)
-            ident = logical_id(data)
-            held = newest.get(ident)
-            if held is None or (key[0], key[1]) > (held[0], held[1]):
-                newest[ident] = key
-    files: dict[str, bytes] = {}
-    for ref, (_stem, data) in sorted(variants.items()):
-        root = newest[logical_id(data)]
-        if root[1] != ref:
-            delta = make_delta(root[1], root[2], data)
-            if delta.count(b"\n") <= DELTA_RATIO * data.count(b"\n"):
-                files[ref + DELTA] = delta
-                continue
-        files[ref + FULL] = data
-    # a delta's base must be stored in full
-    for name, data in list(files.items()):
-        if name.endswith(DELTA):
-            parent = delta_parent(data)
-            if parent + FULL not in files:
-                files.pop(name)
-                files[name[: -len(DELTA)] + FULL] = variants[name[: -len(DELTA)]][1]
-    return files
+    text: bytes
+    patches: Mapping[str, bytes]
 
 
-def render_index(bases: dict[str, BaseSeries]) -> str:
-    groups: dict[tuple[object, ...], list[str]] = {}
+def plan(
+    bases: Mapping[str, BaseSeries], unresolved: Mapping[str, Unresolved] | None = None
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """(pool file name -> bytes, base -> series file bytes) for ``bases``; a base
+    with neither patches nor '#' lines has no series file."""
+    pool: dict[str, bytes] = {}
+    lists: dict[str, bytes] = {}
     for version in sort_versions(bases):
-        groups.setdefault(bases[version].key(), []).append(version)
-    out = [INDEX_HEADER]
-    for versions in groups.values():
-        base = bases[versions[0]]
-        out.append(f"[{' '.join(versions)}]\n")
-        out.extend(f"{line}\n" for line in base.comments)
-        out.extend(f"{variant_ref(s, d)}\n" for s, d in zip(base.stems, base.contents, strict=True))
-    return "".join(out)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    write_bytes_atomic(path, data, fault="series.write")
+        base = bases[version]
+        if not (base.stems or base.comments):
+            continue
+        for stem, data in zip(base.stems, base.contents, strict=True):
+            pool.setdefault(pool_name(stem, data), data)
+        lists[version] = render_series(base)
+    for version, held in (unresolved or {}).items():
+        pool.update(held.patches)
+        lists[version] = held.text
+    return dict(sorted(pool.items())), lists
 
 
 @dataclass
@@ -521,43 +384,67 @@ class StoreChange:
         return bool(self.written or self.removed)
 
 
-def write_store(root: Path, bases: dict[str, BaseSeries]) -> StoreChange:
-    """Make ``root`` (series/) hold exactly ``bases``, stored once, atomically.
+def _write_file(path: Path, data: bytes) -> None:
+    write_bytes_atomic(path, data, fault="series.write")
 
-    Bases not in ``bases`` are dropped from the index (and their legacy files
-    removed); a base whose ``series/<V>/`` holds other files (``revision``)
-    keeps them. Writes nothing when the store already has this content."""
-    bases = {v: bases[v] for v in sort_versions(bases) if bases[v].stems or bases[v].comments}
+
+def _same(path: Path, data: bytes) -> bool:
+    return path.is_file() and path.read_bytes() == data
+
+
+def write_store(
+    root: Path,
+    bases: Mapping[str, BaseSeries],
+    *,
+    unresolved: Mapping[str, Unresolved] | None = None,
+    obsolete: Iterable[str] = (),
+    dry_run: bool = False,
+) -> StoreChange:
+    """Make ``root`` (series/) hold exactly ``bases`` (and the ``unresolved``
+    series files of a merge, as given), each patch once, atomically per file.
+
+    A base not in either loses its series file; its ``series/<V>/`` keeps other
+    files (``revision``). ``obsolete``: files of an older layout (relative
+    paths) to remove once every series is written. Writes nothing when the store
+    already has this content; ``dry_run``: only say what it would write."""
     change = StoreChange()
     pool_dir = root / POOL_DIR
-    files = plan_pool(bases)
-    index_text = render_index(bases).encode()
+    pool, lists = plan(bases, unresolved)
     try:
-        pool_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            target = pool_dir / name
-            if not target.is_file() or target.read_bytes() != data:
-                _write_file(target, data)
-                change.written.append(f"{POOL_DIR}/{name}")
-        faults.point("series.index")
-        index = root / INDEX_FILE
-        if not index.is_file() or index.read_bytes() != index_text:
-            _write_file(index, index_text)
-            change.written.append(INDEX_FILE)
-        # committed: what no base references any more goes
-        for path in sorted(pool_dir.iterdir()):
-            if path.name not in files and path.suffix in (FULL, DELTA):
-                path.unlink()
-                change.removed.append(f"{POOL_DIR}/{path.name}")
-            elif path.name.startswith(".") and not path.is_dir():
-                path.unlink()  # a temporary file of a killed run
-        for version in legacy_bases(root):
-            directory = root / version
-            for path in sorted(directory.iterdir()):
-                if path.name == SERIES_FILE or path.suffix == FULL:
-                    path.unlink()
-                    change.removed.append(f"{version}/{path.name}")
-            if not any(directory.iterdir()):
+        new_pool = [name for name, data in pool.items() if not _same(pool_dir / name, data)]
+        new_lists = [v for v, text in lists.items() if not _same(root / v / SERIES_FILE, text)]
+        dropped = [v for v in _versions(root) if v not in lists]
+        gone = sorted(set(obsolete))
+        stale = sorted(
+            p.name
+            for p in (pool_dir.iterdir() if pool_dir.is_dir() else ())
+            if p.name not in pool and not p.is_dir() and f"{POOL_DIR}/{p.name}" not in gone
+        )
+        change.written = [f"{POOL_DIR}/{n}" for n in new_pool]
+        change.written += [f"{v}/{SERIES_FILE}" for v in new_lists]
+        change.removed = [f"{v}/{SERIES_FILE}" for v in dropped] + gone
+        change.removed += [f"{POOL_DIR}/{n}" for n in stale if not n.startswith(".")]
+        if dry_run:
+            return change
+        # new pool files first: every series file written next names only present ones
+        for name in new_pool:
+            _write_file(pool_dir / name, pool[name])
+        faults.point("series.lists")
+        for version in new_lists:  # each base's commit point
+            _write_file(root / version / SERIES_FILE, lists[version])
+        for version in dropped:
+            (root / version / SERIES_FILE).unlink()
+        faults.point("series.tidy")
+        # committed: what no series names any more goes (a killed run's temporary files too)
+        for rel in gone:
+            (root / rel).unlink(missing_ok=True)
+        for name in stale:
+            (pool_dir / name).unlink()
+        for version in _dirs(root):
+            for tmp in (root / version).glob(f".{SERIES_FILE}.*"):
+                tmp.unlink()  # a killed run's temporary series file
+        for directory in {(root / rel).parent for rel in gone} | {root / v for v in dropped}:
+            if directory != root and directory.is_dir() and not any(directory.iterdir()):
                 directory.rmdir()
     except OSError as exc:
         if is_fs_fault(exc):
@@ -566,45 +453,8 @@ def write_store(root: Path, bases: dict[str, BaseSeries]) -> StoreChange:
     return change
 
 
-def is_stored(root: Path) -> bool:
-    """Whether ``root`` (series/) uses the stored-once layout (it has an index);
-    writers keep a legacy repository legacy until ``vllm-fork series-store``."""
-    return (root / INDEX_FILE).is_file()
-
-
-def write_legacy(series_dir: Path, names: list[str], contents: list[bytes]) -> StoreChange:
-    """Write one base in the legacy layout (series/<V>/series and its patch files):
-    changed patch files are rewritten, stale ones removed, and the series file is
-    rewritten (its comment lines kept after the list) only when the list changed."""
-    change = StoreChange()
-    series_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in zip(names, contents, strict=True):
-        target = series_dir / name
-        if not target.is_file() or target.read_bytes() != data:
-            _write_file(target, data)
-            change.written.append(name)
-    keep = set(names)
-    for stale in sorted(series_dir.glob("*" + FULL)):
-        if stale.name not in keep:
-            stale.unlink()
-            change.removed.append(stale.name)
-    series_file = series_dir / SERIES_FILE
-    current = read_series_file(series_dir) if series_file.is_file() else None
-    if current != names:
-        comments = "".join(f"{line}\n" for line in _legacy_comments(series_file))
-        text = LEGACY_HEADER + "".join(f"{n}\n" for n in names) + comments
-        _write_file(series_file, text.encode())
-        change.written.append(SERIES_FILE)
-    return change
-
-
 def update_base(root: Path, version: str, base: BaseSeries | None) -> StoreChange:
-    """Replace (``None``: drop) one base's series, keeping every other base's
-    (a legacy repository: only series/<V>/ is written)."""
-    if not is_stored(root):
-        if base is None:
-            return StoreChange()
-        return write_legacy(root / version, base.names, base.contents)
+    """Replace (``None``: drop) one base's series, keeping every other base's."""
     bases = read_all(root)
     if base is None:
         bases.pop(version, None)
@@ -613,11 +463,38 @@ def update_base(root: Path, version: str, base: BaseSeries | None) -> StoreChang
     return write_store(root, bases)
 
 
+def restore_base(root: Path, version: str, saved: Mapping[Path, bytes]) -> StoreChange:
+    """Put ``version``'s series back as a snapshot of its files held it
+    (``saved``: path -> bytes of its series file and the pool files; no series
+    file: it had none), keeping every other base's."""
+    text = saved.get(root / version / SERIES_FILE)
+    if text is None:
+        return update_base(root, version, None)
+    where = f"series/{version}/{SERIES_FILE} (saved)"
+    names, comments = parse_series(text.decode(), where)
+    pool = Pool(root / POOL_DIR)
+    contents = [
+        saved[root / POOL_DIR / n] if root / POOL_DIR / n in saved else pool.get(n, where)
+        for n in names
+    ]
+    return update_base(
+        root, version, BaseSeries([pool_stem(n) or "" for n in names], contents, comments)
+    )
+
+
+def commit_order(rel: str) -> int:
+    """Sort key of paths under series/ written by a copier of a store (the
+    backport's stage): pool files before the series files that name them."""
+    return 1 if Path(rel).name == SERIES_FILE else 0
+
+
 def figures(root: Path) -> dict[str, int]:
-    """Files, distinct contents and lines under ``root`` (series/)."""
-    files = [p for p in root.rglob("*") if p.is_file()]
+    """Files, distinct contents, bytes and lines under ``root`` (series/)."""
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+    data = [p.read_bytes() for p in files]
     return {
         "files": len(files),
-        "distinct": len({content_hash(p.read_bytes()) for p in files}),
-        "lines": sum(p.read_bytes().count(b"\n") for p in files),
+        "distinct": len({content_hash(d) for d in data}),
+        "bytes": sum(len(d) for d in data),
+        "lines": sum(d.count(b"\n") for d in data),
     }

@@ -3,11 +3,10 @@
 The commits after ``upstream/<V>`` are written with ``git format-patch``
 (the options of docs/series-format.md, git's defaults, the user's git
 configuration ignored) so that a materialized and unchanged tree exports
-byte-identical patches. They go into the stored-once series
-(series/store.py): a variant is added to ``series/pool/`` only when its
-content is new, the index is replaced atomically, and variants no base
-references any more are removed. An export that changes nothing writes
-nothing.
+byte-identical patches. They go into the series store (series/store.py): a
+patch is added to ``series/pool/`` only when its content is new, the base's
+``series`` file is replaced atomically, and pool files no series names any
+more are removed. An export that changes nothing writes nothing.
 """
 
 from __future__ import annotations
@@ -148,10 +147,7 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
             contents,
             current.comments if current else [],
         )
-        if store.is_stored(config.series_root):
-            result.store = store.update_base(config.series_root, version, new)
-        else:  # the legacy per-base layout stays as it is (docs/series-format.md)
-            result.store = store.write_legacy(series_dir, result.patches, contents)
+        result.store = store.update_base(config.series_root, version, new)
     return result
 
 
