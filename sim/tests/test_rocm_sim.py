@@ -85,6 +85,20 @@ def test_biased_grouped_topk_through_cpu_op(aiter_env, aiter_cpu_ops, sim_calls)
     ]
 
 
+@pytest.mark.parametrize("groups", [3, 5, 16])
+def test_biased_grouped_topk_refuses_a_group_count_without_kernel(aiter_env, groups):
+    import aiter
+
+    logits = torch.randn(2, 48)
+    weights = torch.empty(2, 4)
+    ids = torch.empty(2, 4, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=f"Unsupported num_expert_group: {groups}"):
+        aiter.biased_grouped_topk(logits, torch.zeros(48), weights, ids, groups, groups, True)
+    # the counts the kernel has run
+    for supported in (1, 2, 4, 8):
+        aiter.biased_grouped_topk(logits, torch.zeros(48), weights, ids, supported, 1, True)
+
+
 def test_fake_aiter_function_can_be_replaced(aiter_env, aiter_cpu_ops, monkeypatch):
     import aiter
 

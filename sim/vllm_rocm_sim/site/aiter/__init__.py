@@ -79,6 +79,18 @@ def _write_topk(
     topk_ids.copy_(ids.to(topk_ids.dtype))
 
 
+# The group counts AITER's HIP grouped top-k kernels are instantiated for
+# (the NUM_GRP switch of csrc/kernels/topk_softmax_kernels_group.cu, the same
+# from v0.1.10 to the main line of August 2026); any other count fails there
+# with this message.
+_KERNEL_GROUP_COUNTS = (1, 2, 4, 8)
+
+
+def _check_group_count(num_expert_group: int) -> None:
+    if num_expert_group not in _KERNEL_GROUP_COUNTS:
+        raise RuntimeError(f"Unsupported num_expert_group: {num_expert_group}")
+
+
 @recorded
 def biased_grouped_topk(
     gating_output: torch.Tensor,
@@ -92,7 +104,10 @@ def biased_grouped_topk(
 ) -> None:
     """DeepSeek-V3 routing: sigmoid scores, experts chosen on score + bias
     within the ``topk_group`` groups whose two best biased scores sum
-    highest; weights are the unbiased scores. Writes topk_weights/ids."""
+    highest; weights are the unbiased scores. Writes topk_weights/ids.
+    Like the HIP kernel, only for a group count in _KERNEL_GROUP_COUNTS
+    (AITER's large-batch moe_fused_gate path is not modelled)."""
+    _check_group_count(num_expert_group)
     _check_same_dtype("correction_bias", correction_bias, gating_output)
     scores = gating_output.float().sigmoid()
     choice = scores + correction_bias.float().unsqueeze(0)
