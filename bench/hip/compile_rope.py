@@ -60,18 +60,27 @@ def device_part(text: str) -> str:
 
 
 FLAT = "rotary_embedding_flat_kernel"
+# The host code of a kernel file whose NeoX runs the flat kernel with a cache
+# wider than the query (issue 41) names it so.
+NEOX_FLAT = "rope_flat_blocks<query_t, cache_t, true"
 
 
-def instantiations(flat: bool = False) -> list[tuple[str, str, bool, int, bool]]:
+def instantiations(
+    flat: bool = False, neox_flat: bool = False
+) -> list[tuple[str, str, bool, int, bool]]:
     """(query, cache, is_neox, VEC, flat) for every kernel the dispatch
     launches; with ``flat`` (a kernel file that has the flat GPT-J kernel)
-    GPT-J launches that one instead of the block kernel."""
+    GPT-J launches that one instead of the block kernel, and with
+    ``neox_flat`` NeoX with a cache wider than the query (16 bytes of the
+    query) may launch the flat kernel too."""
     out = []
     for q, qsize in DTYPES.items():
         vec = 16 // qsize
-        for c in DTYPES:
+        for c, csize in DTYPES.items():
             for v in (vec, 1):
                 out.append((q, c, True, v, False))
+            if neox_flat and csize > qsize:
+                out.append((q, c, True, vec, True))
             for v in (vec, vec // 2, 1):
                 out.append((q, c, False, v, flat))
     return out
@@ -134,12 +143,14 @@ def source(kernel_text: str, compat_include: str, origin: str) -> str:
         "// Host stand-in: one launcher per instantiation, as the op's dispatch",
         "// launches it (grid and block from the caller).",
     ]
-    for i, (q, c, neox, v, flat) in enumerate(instantiations(FLAT in body)):
+    for i, (q, c, neox, v, flat) in enumerate(
+        instantiations(FLAT in body, NEOX_FLAT in kernel_text)
+    ):
         if flat:
             lines += [
                 f"void rope_launch_{i}(dim3 grid, dim3 block, hipStream_t stream,",
                 f"    const int64_t* pos, {q}* query, {q}* key, const {c}* cache) {{",
-                f"  vllm::{FLAT}<{q}, {c}, false, {v}>",
+                f"  vllm::{FLAT}<{q}, {c}, {str(neox).lower()}, {v}>",
                 "      <<<grid, block, 0, stream>>>(pos, query, key, cache, 64, 3072,",
                 "          576, 192, 16, 1, 4096,",
                 f"          vllm::RopeDivisor(17 * 32 / {v}), vllm::RopeDivisor(32 / {v}),",
@@ -215,7 +226,7 @@ def main() -> int:
     (work / compat_include).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(header, work / compat_include)
     log: list[str] = [f"kernel: {kernel_file(args.tree)}"]
-    expected = len(instantiations(FLAT in device_part(text)))
+    expected = len(instantiations(FLAT in device_part(text), NEOX_FLAT in text))
     ok = True
     run(prefix + [args.hipcc, "--version"], log)
     for arch in archs:
@@ -256,7 +267,7 @@ def main() -> int:
         log.append(
             f"{arch}: {len(kernels)} rotary kernels (expected {expected}), "
             f"wavefront size {', '.join(sorted(waves)) or '?'}"
-            + (f"; {flat} of them the flat GPT-J kernel" if flat else "")
+            + (f"; {flat} of them the flat kernel" if flat else "")
         )
         if len(kernels) != expected or waves != {"64"}:
             ok = False

@@ -1,6 +1,7 @@
 // Wraps FlashInfer's BatchQKApplyRotaryPosIdsCosSinCache (pos_enc.cuh of the
 // flashinfer-python wheel that prepare.sh staged) as the torch op
-// rope_flashinfer::apply, in place on q and k, for the benchmark.
+// ROPE_FI_NS::apply (rope_flashinfer unless the build names another, one per
+// FlashInfer version), in place on q and k, for the benchmark.
 #include <cstdint>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -59,7 +60,13 @@ void apply(torch::Tensor& positions, torch::Tensor& q, torch::Tensor& k,
   }
 }
 
-TORCH_LIBRARY(rope_flashinfer, m) {
+#ifndef ROPE_FI_NS
+#define ROPE_FI_NS rope_flashinfer
+#endif
+// One level more, so that ROPE_FI_NS is expanded before TORCH_LIBRARY pastes it.
+#define ROPE_FI_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+
+ROPE_FI_LIBRARY(ROPE_FI_NS, m) {
   m.def(
       "apply(Tensor positions, Tensor! q, Tensor! k, int head_size, "
       "Tensor cache, bool is_neox) -> ()");

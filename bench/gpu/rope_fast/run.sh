@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with an sm_90 GPU, from the repository root, after
 # prepare.sh: build upstream's, the fork's and FlashInfer's RoPE kernels,
-# check and time them (bench.py), run the fork tree's rotary kernel tests
-# against the fork build and upstream's, and the hipify check.
+# check and time them (bench.py), time the launch-bound rows round after
+# round (ROPE_BENCH_ROUNDS, default 9; ROPE_SKIP_SMALL=1 leaves them out),
+# run the fork tree's rotary kernel tests against the fork build and
+# upstream's (ROPE_SKIP_TESTS=1 leaves them out), and the hipify check.
 #
 # Usage: run.sh [DATA_DIR] [OUT_DIR]
 #   DATA_DIR  what prepare.sh staged (default .device/rope-fast)
@@ -30,9 +32,21 @@ export PYTHONPATH=$bench:$data/bench/rope_cache_dtype${PYTHONPATH:+:$PYTHONPATH}
   nvcc --version | tail -n 1
 } 2>&1 | tee "$out/env.txt"
 
+fi_args=(--flashinfer-include "$data/flashinfer/include")
+if [ -d "$data/flashinfer-0.7.2/include" ]; then
+  fi_args+=(--flashinfer-include-2 "$data/flashinfer-0.7.2/include")
+fi
 python3 "$bench/bench.py" --src "$data/src" --build "$build" --out "$out" \
-  --flashinfer-include "$data/flashinfer/include" 2>&1 | tee "$out/bench.log"
+  "${fi_args[@]}" 2>&1 | tee "$out/bench.log"
 status=${PIPESTATUS[0]}
+if [ -z "${ROPE_SKIP_SMALL:-}" ]; then
+  echo "## the launch-bound rows, ${ROPE_BENCH_ROUNDS:-9} rounds"
+  ROPE_BENCH_ROWS=small python3 "$bench/bench.py" --src "$data/src" --build "$build" \
+    --out "$out" "${fi_args[@]}" 2>&1 | tee "$out/small.log"
+fi
+if [ -n "${ROPE_SKIP_TESTS:-}" ]; then
+  exit "$status"
+fi
 
 # The fork tree's tests against the fork build (all must pass) and
 # upstream's: all but the empty batch, then the empty batch alone (it kills
