@@ -200,6 +200,8 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
         print(f"  wrote {name}")
     for name in result.removed:
         print(f"  removed {name}")
+    for line in result.local:
+        print(line)
     return ExitCode.OK
 
 
@@ -339,19 +341,39 @@ def _change_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", required=True, metavar="TEXT", help="what the change does")
     p.add_argument("--why", default="", metavar="TEXT", help="why the fork carries it")
     p.add_argument("--retire-when", default="", metavar="TEXT", help="when it is dropped")
+    p.add_argument(
+        "--files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file of the vLLM tree the change lands in (repeatable; default: derived "
+        "from its patches by export)",
+    )
+    p.add_argument(
+        "--tests",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a fork test module that proves it, tests/.../test_*.py (repeatable; "
+        "default: derived from its patches by export)",
+    )
 
 
 def _change_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.facts import registry
 
     path = registry.declare_local_change(
-        config.root, args.id, args.title, args.why, args.retire_when
+        config.root, args.id, args.title, args.why, args.retire_when, args.files, args.tests
     )
     print(f"{path}: change {args.id} declared (a local change: no probe)")
     print(
-        "next: commit your patch in a work tree with the trailers\n"
+        "next: `vllm-fork materialize DIR`, edit, add a test module (tests/.../test_*.py) "
+        "that fails without the edit (a patch with no test is NOT PROVEN and fails "
+        "prove-fail), and commit in DIR with the trailers\n"
         f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
-        "then `vllm-fork export DIR` and commit local-changes.toml with series/"
+        "then `vllm-fork export DIR` (it adds the patch's files and tests to the entry), "
+        "`python -m vllm_fork.reports.tables --write`, `scripts/test.sh`, and commit "
+        "local-changes.toml, series/, README.md and docs/changes.md (docs/changes.md)"
     )
     return ExitCode.OK
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.config import find_root
+from vllm_fork.diffs import is_test_module
 from vllm_fork.errors import ConfigError, ForkError, WorkTreeError
 from vllm_fork.facts.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.git import run_git
@@ -202,11 +203,6 @@ def sim_plugin_args(tree: Path) -> list[str]:
     ``run_pytest`` puts its directory on ``PYTHONPATH``.
     """
     return ["-p", SIM_PLUGIN] if is_vllm_tree(tree) else []
-
-
-def is_test_module(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
 
 
 def patch_commits(tree: Path) -> list[PatchCommit]:

@@ -18,7 +18,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
+from vllm_fork.facts import registry
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import dir_lock
@@ -53,6 +55,9 @@ class ExportResult:
     removed: list[str] = field(default_factory=list)
     series_changed: bool = False
     store: store.StoreChange = field(default_factory=store.StoreChange)
+    # local changes whose local-changes.toml entry was completed with the paths
+    # their exported patches touch (one line each, to print)
+    local: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -128,9 +133,14 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
                 validate_header(parse_patch(path))
             except SeriesError as exc:
                 raise type(exc)(f"commit to export has a bad header: {exc}") from None
-        _check_from([parse_patch(path) for path in produced])
+        headers = [parse_patch(path) for path in produced]
+        _check_from(headers)
         result = ExportResult(version, [p.name for p in produced], series_dir)
         contents = [p.read_bytes() for p in produced]
+    by_change: dict[str, list[str]] = {}
+    for header, data in zip(headers, contents, strict=True):
+        paths = touched_paths(data.decode("utf-8", errors="replace"), header.file)
+        by_change.setdefault(header.change, []).extend(paths)
     with dir_lock(config.cache_dir, config.series_root):
         current = store.read_base(config.series_root, version)
         listed = current.names if current else []
@@ -152,7 +162,21 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
             result.store = store.update_base(config.series_root, version, new)
         else:  # the legacy per-base layout stays as it is (docs/series-format.md)
             result.store = store.write_legacy(series_dir, result.patches, contents)
+        result.local = _complete_local(config.root, by_change)
     return result
+
+
+def _complete_local(root: Path, by_change: dict[str, list[str]]) -> list[str]:
+    """A local change's entry (local-changes.toml) gets the files and tests its
+    exported patches touch that it does not list yet: derived from the patches
+    when `change add` was given none, so the entry is as complete as the
+    built-in changes' (docs/changes.md)."""
+    lines = []
+    for change, paths in by_change.items():
+        done = registry.complete_local_change(root, change, paths)
+        if done is not None:
+            lines.append(done.describe(root / registry.LOCAL_FILE))
+    return lines
 
 
 def _check_from(headers: list[PatchHeader]) -> None:
