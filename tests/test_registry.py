@@ -27,6 +27,7 @@ from vllm_fork.testing.forktests import is_test_module
 from vllm_fork.wheel.provenance import format_record, make_record
 
 from .rebase_support import PatchSpec, make_fork, numbered, text
+from .test_series import patch_id_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -346,9 +347,9 @@ def test_the_documented_local_change_flow_keeps_the_registry_checks_green(
     """docs/changes.md's local-change flow, on a machine with no git identity:
     `change add` (no --files/--tests), a plain `git commit` in a materialized tree
     with the trailers `change add` printed, `export`, the tables regenerated. The
-    entry then names what its patch touches (derived by export), and the checks of
-    this module hold on the result: the registry/series check, the document
-    tables, the entries."""
+    entry then names what its patch touches (derived by export), and the checks
+    the test command runs on the repository hold on the result: the registry/series
+    check, the patch ids (test_series.py), the document tables, the entries."""
     import subprocess
 
     from vllm_fork.cli.main import main
@@ -390,6 +391,7 @@ def test_the_documented_local_change_flow_keeps_the_registry_checks_green(
 
     # what the test command checks of the repository holds
     assert series_problems(fork.root, BASE) == []
+    assert patch_id_problems(fork.root) == []  # the printed trailers name the patch
     assert tables.stale(load_config(root=fork.root, offline=True)) == []
     test_registry_entries_are_complete()
     report = compute_status(load_config(root=fork.root, offline=True), BASE)

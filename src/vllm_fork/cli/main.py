@@ -361,6 +361,7 @@ def _change_args(p: argparse.ArgumentParser) -> None:
 
 def _change_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.facts import registry
+    from vllm_fork.series.patches import local_change_trailers
 
     path = registry.declare_local_change(
         config.root, args.id, args.title, args.why, args.retire_when, args.files, args.tests
@@ -370,8 +371,8 @@ def _change_run(args: argparse.Namespace, config: Workspace) -> int:
         "next: `vllm-fork materialize DIR`, edit, add a test module (tests/.../test_*.py) "
         "that fails without the edit (a patch with no test is NOT PROVEN and fails "
         "prove-fail), and commit in DIR with the trailers\n"
-        f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
-        "then `vllm-fork export DIR` (it adds the patch's files and tests to the entry), "
+        + "".join(f"  {key}: {value}\n" for key, value in local_change_trailers(args.id))
+        + "then `vllm-fork export DIR` (it adds the patch's files and tests to the entry), "
         "`python -m vllm_fork.reports.tables --write`, `scripts/test.sh`, and commit "
         "local-changes.toml, series/, README.md and docs/changes.md (docs/changes.md)"
     )
