@@ -429,11 +429,12 @@ def prove_failing(
 
 
 def check_head(
-    tree: Path, python: str, extra_args: Sequence[str] = ()
+    tree: Path, python: str, extra_args: Sequence[str] = (), rev: str = "HEAD"
 ) -> tuple[PytestOutcome, FailProof | None]:
-    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD,
-    run side by side (None: HEAD is not a series commit)."""
-    head = run_git(["rev-parse", "HEAD"], cwd=tree).stdout.decode().strip()
+    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD
+    (``rev``: another commit of its series), run side by side (None: it is not a
+    series commit)."""
+    head = run_git(["rev-parse", f"{rev}^{{commit}}"], cwd=tree).stdout.decode().strip()
     with ThreadPoolExecutor(max_workers=2) as pool:
         tests = pool.submit(run_fork_tests, tree, python, extra_args, quiet=True)
         proofs = pool.submit(prove_failing, tree, python, extra_args, jobs=1, only={head})
