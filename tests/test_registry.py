@@ -15,7 +15,7 @@ from vllm_fork.diffs import touched_paths
 from vllm_fork.errors import ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.state import decide
-from vllm_fork.probes import ABSENT, NA, PRESENT, Finding, SourceTree, probe, probe_fn
+from vllm_fork.probes import ABSENT, NA, PRESENT, UNPROBED, Finding, SourceTree, probe, probe_fn
 from vllm_fork.reports import tables
 from vllm_fork.reports.matrix import compute_matrix, format_matrix
 from vllm_fork.reports.status import compute_status, format_status
@@ -135,6 +135,10 @@ def test_registry_entries_are_complete() -> None:
         (ABSENT, ["change"], {"patched": ABSENT}, "missing"),
         (ABSENT, ["change", "hardening"], {"patched": PRESENT}, "carried"),
         (ABSENT, ["change"], {}, "carried"),
+        # a local change (no probe): n/a where it has no patch, not missing
+        (UNPROBED, [], {}, "n/a"),
+        (UNPROBED, ["hardening"], {}, "missing"),
+        (UNPROBED, ["change"], {"patched": UNPROBED}, "carried"),
     ],
 )
 def test_state_rule(base: str, parts: list[str], kwargs: dict, expected: str) -> None:
@@ -277,7 +281,8 @@ def test_a_maintainers_own_change_is_declared_as_data(
 
     mine = "our-tweak"
     lines = numbered("mine", 8)
-    fork = make_fork(tmp_path, monkeypatch, {BASE: {"vllm/mine.py": text(lines)}}, default=BASE)
+    releases = {BASE: {"vllm/mine.py": text(lines)}, NEWER: {"vllm/mine.py": text(lines)}}
+    fork = make_fork(tmp_path, monkeypatch, releases, default=BASE)
     spec = [PatchSpec("[Local] Our tweak", mine, "change", {"vllm/mine.py": {3: "mine tweaked"}})]
     with pytest.raises(ForkError) as info:
         fork.write_series(BASE, spec)
@@ -297,9 +302,15 @@ def test_a_maintainers_own_change_is_declared_as_data(
     local = {c.change: c for c in report.changes}[mine]
     assert (local.state, local.patches) == ("carried", tuple(names))
     assert re.search(rf"^  {mine} +carried +a local change", format_status(report), re.M)
-    matrix = compute_matrix(fork.config, [BASE], own=True, use_cache=False)
+    matrix = compute_matrix(fork.config, [BASE, NEWER], own=True, use_cache=False)
     assert matrix.rows[0].changes[mine].state == "carried"
     assert f"| {mine} | series | series applies |" in format_matrix(matrix)
+
+    # a base it has no patch on: not applicable (never meant for it), not missing
+    newer = {c.change: c for c in compute_status(fork.config, NEWER).changes}[mine]
+    assert (newer.state, newer.reason) == ("n/a", "a local change with no patch on this base")
+    assert matrix.rows[1].changes[mine].state == "n/a"
+    assert tables.base_cell(registry.get(mine), NEWER, []) == "n/a"
 
     record = make_record(
         base=load_pins(fork.config.bases_file).get(BASE),

@@ -30,6 +30,7 @@ from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
 from vllm_fork.diffs import is_test_module
 from vllm_fork.errors import ConfigError, UsageError
+from vllm_fork.facts.finding import UNPROBED
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,7 +129,9 @@ class Change:
 
     def expected_upstream(self, version: str) -> str:
         """What the probe of a pristine ``version`` is declared to find:
-        "present", "absent" or "n/a"."""
+        "present", "absent" or "n/a" ("unprobed": a local change, which has no probe)."""
+        if self.local:
+            return UNPROBED
         v = Version(version)
         if self.applies_since is not None and v < Version(self.applies_since):
             return "n/a"

@@ -32,8 +32,9 @@ from vllm_fork.aiterpin import aiter_pin
 from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.facts import registry, state
+from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.names import tag_for
-from vllm_fork.facts.state import LEGEND, PART_CHANGE, decide
+from vllm_fork.facts.state import LEGEND, NA, NA_LOCAL, PART_CHANGE, decide
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import GitTree, probe_all
 from vllm_fork.series.patches import Series
@@ -306,7 +307,8 @@ def compute_row(
             failed=any(p.result == P_FAILED for p in mine),
         )
         hardening = registry.get(change).scoped_hardening(row.version, dict(finding.hardening))
-        row.changes[change] = ChangeCell(state, finding.reason, hardening, names)
+        reason = NA_LOCAL if state == NA and finding.state == UNPROBED else finding.reason
+        row.changes[change] = ChangeCell(state, reason, hardening, names)
     return row
 
 

@@ -18,6 +18,7 @@ from packaging.version import Version
 from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.facts import registry
+from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.known_issues import (
     AFFECTED,
     FIXED_FORK,
@@ -29,7 +30,7 @@ from vllm_fork.facts.known_issues import (
 )
 from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.facts.names import tag_for
-from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
+from vllm_fork.facts.state import CARRIED, MISSING, NA, NA_LOCAL, UPSTREAM, decide
 from vllm_fork.git import run_git
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
@@ -182,7 +183,7 @@ def classify(
     and the parts of the patches that carry it."""
     state = decide(pristine.state, parts, patched=patched.state)
     if state == NA:
-        return state, pristine.reason, {}
+        return state, NA_LOCAL if pristine.state == UNPROBED else pristine.reason, {}
     reason = pristine.reason if state == UPSTREAM else patched.reason
     return state, reason, dict(patched.hardening)
 
