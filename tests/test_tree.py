@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -313,6 +314,8 @@ def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo)
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, inside)
     assert materialize(fork_repo.config, None, inside, internal=True).path == inside
+    # whose it is, for `vllm-fork cache prune` (a user's tree records no pid)
+    assert git(inside, "config", "--get", "vllm-fork.pid").strip() == str(os.getpid())
     elsewhere = fork_repo.config.cache.tmp / "tree"
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, elsewhere, internal=True)

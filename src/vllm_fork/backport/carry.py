@@ -513,7 +513,7 @@ def source_from_tree(config: Workspace, tree: Path, rev: str = "HEAD") -> tuple[
         )
     commit = commits[sha]
     source = Source(version, sha, patch_identity(commit, commit.subject), commit.subject)
-    state_dir = config.cache_dir / "backport" / _state_key(tree, sha)
+    state_dir = config.cache.backport_run(_state_key(tree, sha))
     state_dir.mkdir(parents=True, exist_ok=True)
     _keep_source(config, state_dir, tree, sha)
     return source, state_dir

@@ -416,6 +416,55 @@ def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
     return ExitCode.OK
 
 
+# --- cache -------------------------------------------------------------------------
+
+
+def _cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["prune"],
+        help="prune: remove what no pinned base or recent run needs (default: report)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with prune: list what it would remove, remove none"
+    )
+    p.add_argument(
+        "--unused-days",
+        type=float,
+        default=None,
+        metavar="N",
+        help="build environments, tree venvs, work trees, backport runs and watch clones "
+        "unused for N days are prunable (default: 14)",
+    )
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+
+
+def _cache_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.sources import cachekeep
+
+    days = cachekeep.UNUSED_DAYS if args.unused_days is None else args.unused_days
+    if days < 0:
+        raise UsageError("--unused-days must not be negative")
+    if args.action is None:
+        if args.dry_run:
+            raise UsageError("--dry-run goes with `vllm-fork cache prune`")
+        survey = cachekeep.survey(config, unused_days=days)
+        if args.json:
+            print(cachekeep.survey_json(survey))
+        else:
+            print(cachekeep.format_survey(survey))
+            if survey.prunable:
+                print(
+                    "`vllm-fork cache prune` removes what the prunable column counts "
+                    "(`--dry-run` lists it)"
+                )
+        return ExitCode.OK
+    pruned = cachekeep.prune(config, unused_days=days, dry_run=args.dry_run)
+    print(cachekeep.format_pruned(pruned))
+    return ExitCode.OK
+
+
 COMMANDS: dict[str, Command] = {
     "pin": Command(
         "record a release's sdist and wheel hashes in bases.toml (reads the index)",
@@ -461,6 +510,12 @@ COMMANDS: dict[str, Command] = {
         "run the series' tests in a work tree (and prove they fail without their patch)",
         _test_args,
         _test_run,
+    ),
+    "cache": Command(
+        "the download cache by kind with sizes; `cache prune` removes what no pinned base "
+        "or recent run needs",
+        _cache_args,
+        _cache_run,
     ),
     "gpu-bundle": Command(
         "write what the GPU tests of a base need on an offline GPU host (tree subset, "
