@@ -246,6 +246,12 @@ def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
 
 def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="also fetch the other releases the report reads (retirement search, --drift's "
+        "known-issue probes) that are not in the cache; without it they are named as not covered",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--tree",
@@ -268,13 +274,13 @@ def _status_run(args: argparse.Namespace, config: Workspace) -> int:
     if args.drift:
         if args.tree is not None or args.base is not None:
             raise UsageError("--drift covers every base; give it without --base or --tree")
-        table = compute_drift(config)
+        table = compute_drift(config, fetch=args.fetch)
         if args.json:
             print(json.dumps(table.to_json(), indent=2, sort_keys=True))
         else:
             print(format_drift(table))
         return 0
-    report = compute_status(config, args.base, args.tree)
+    report = compute_status(config, args.base, args.tree, fetch=args.fetch)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
