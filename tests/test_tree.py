@@ -272,6 +272,7 @@ def test_every_export_refusal_exits_2_as_the_readme_says(
 
     tree = tmp_path / "wt"
     materialize(fork_repo.config, None, tree)
+    capsys.readouterr()  # the download line of a first materialize
     (tree / "vllm/layer.py").write_text("dirty\n")
     refused(tree, "a dirty tree")
     git(tree, "checkout", "-q", "vllm/layer.py")
