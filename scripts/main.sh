@@ -5,7 +5,8 @@
 # are verified and cached in the user cache directory.
 # Usage: scripts/main.sh [extra `vllm-fork build` options, e.g. --device rocm]
 #        --device rocm: the wheel for AMD GPUs from upstream's ROCm wheel that bases.toml
-#        pins for the base (`vllm-fork pin V --rocm-index URL`; docs/build.md, "ROCm wheel")
+#        pins for the base (once: `scripts/vllm-fork pin V --rocm-index URL`; docs/build.md,
+#        "ROCm wheel")
 #        BASE=0.20.0 scripts/main.sh        another pinned base
 #        DIST=out scripts/main.sh            output directory (default: dist)
 set -euo pipefail

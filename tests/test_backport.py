@@ -252,14 +252,45 @@ def test_a_conflict_resolved_by_hand_then_the_same_command(fork, tmp_path: Path)
     git(work, "-c", "core.editor=true", "cherry-pick", "--continue")
     export(load_config(), work)
 
-    # the same command: 1.3.0 now carries it, 1.1.0 comes from the first run
+    # the same command: 1.3.0 now carries it and gets the fork tests and the
+    # prove-fail of the others, in the same table; 1.1.0 comes from the first run
     report = run(fork, tree, bases)
-    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CARRIED}
+    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.RESOLVED}
     assert report.reused == ["1.1.0"] and report.ok
+    (resolved,) = [r for r in report.results if r.version == "1.3.0"]
+    assert resolved.tests.startswith("1 passed, 0 failed")
+    assert resolved.proof == "fails without the patch"
+    row = next(ln for ln in bp.format_report(report).splitlines() if ln.startswith("1.3.0"))
+    assert "resolved by hand" in row and "fails without the patch" in row
     assert (
         store.read_base(fork.root / "series", "1.1.0").names[-1]
         == "0002-ROCm-Fix-ops-line-20.patch"
     )
+
+
+def test_a_base_finished_by_hand_wrongly_fails_its_checks(fork, tmp_path: Path) -> None:
+    """A hand resolution that keeps upstream's line (the fix lost) is checked like
+    an applied base: its test fails, the base fails, and no other series is written."""
+    tree = fix_commit(fork, tmp_path)
+    bases = ["1.1.0", "1.3.0"]
+    report = run(fork, tree, bases)
+    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.CONFLICT}
+    work = tmp_path / "backport-1.3.0"
+    materialize(load_config(), "1.3.0", work)
+    git(work, "fetch", "-q", str(report.state_dir / "source.git"), bp.SOURCE_REF)
+    subprocess.run(["git", "cherry-pick", "FETCH_HEAD"], cwd=work, capture_output=True)
+    resolve(work / "vllm/ops.py", ("ops line 20 fixed",))  # the wrong side kept
+    git(work, "add", "vllm/ops.py")
+    git(work, "-c", "core.editor=true", "cherry-pick", "--continue")
+    export(load_config(), work)
+    before = series_snapshot(fork.root / "series")
+
+    report = run(fork, tree, bases)
+    assert verdicts(report) == {"1.1.0": bp.CLEAN, "1.3.0": bp.FAILED}
+    (failed,) = [r for r in report.results if r.version == "1.3.0"]
+    assert failed.reason == "resolved by hand, but the checks fail"
+    assert "1 failed" in failed.tests and not report.ok
+    assert series_snapshot(fork.root / "series") == before
 
 
 def test_backport_into_the_store(fork, tmp_path: Path) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from vllm_fork.cache import BUILD_ENV_READY, CacheLayout
+from vllm_fork.cache import BUILD_ENV_READY, LAST_USED, CacheLayout
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.wheel import env as build_env
 from vllm_fork.wheel.env import (
@@ -87,6 +88,11 @@ def test_env_with_a_device_torch_is_reused(tmp_path: Path, pip_calls: list[list[
 
     assert ensure_build_env(config, reqs) == env_dir / "bin" / "python"
     assert pip_calls == []
+    # each use is stamped: `vllm-fork cache prune` keeps what was used lately
+    assert (env_dir / LAST_USED).is_file()
+    os.utime(env_dir / LAST_USED, (0, 0))
+    ensure_build_env(config, reqs)
+    assert (env_dir / LAST_USED).stat().st_mtime > 0
 
 
 @pytest.mark.parametrize(

@@ -62,3 +62,26 @@ def test_fork_version_labels_in_the_docs_are_what_a_build_makes() -> None:
             if int(rev) != want or (nofull and not full_only):
                 wrong.append(f"{doc.name}: {base}+hardened.{rev}{nofull} (a build makes {want})")
     assert wrong == []
+
+
+def test_the_first_screen_commands_exist() -> None:
+    """The first-day paths at the top of the README (the AMD one: pin the ROCm
+    wheel, then `scripts/main.sh --device rocm`; the CUDA default) name scripts
+    that exist and options the tool has."""
+    import os
+
+    first = README.read_text().split("### ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", first, re.S)
+    lines = [ln.split("#", 1)[0].split() for b in blocks for ln in b.splitlines() if ln.strip()]
+    assert ["scripts/main.sh", "--device", "rocm"] in lines and ["scripts/main.sh"] in lines
+    pins = [ln for ln in lines if ln[:2] == ["scripts/vllm-fork", "pin"]]
+    assert pins and "--rocm-index" in pins[0]
+    root = README.parent
+    for words in lines:
+        script = root / words[0]
+        assert script.is_file() and os.access(script, os.X_OK), words[0]
+        options = {w for w in words if w.startswith("--")}
+        if words[0] == "scripts/vllm-fork":
+            assert options <= _options(words[1]), words
+        if words[0] == "scripts/main.sh":  # extra arguments go to `vllm-fork build`
+            assert options <= _options("build"), words

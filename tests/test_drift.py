@@ -180,7 +180,7 @@ def test_drift_of_the_real_series(
     assert table.counts()[drift.SAME] > 0
     assert table.counts()[drift.ADAPTED] > 0
     # the command prints this table (computed once: the probes take a while)
-    monkeypatch.setattr(drift, "compute_drift", lambda config, versions=None: table)
+    monkeypatch.setattr(drift, "compute_drift", lambda config, versions=None, fetch=False: table)
     assert main(["status", "--drift", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bases"] == table.bases and len(data["patches"]) == len(table.rows)

@@ -112,12 +112,17 @@ PATCH_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
 
 def test_every_committed_patch_has_one_stable_id() -> None:
-    """Each patch of every series names its logical patch once (Fork-Patch), ids are
-    unique within a series, and one id means one change and part on every base."""
+    assert patch_id_problems(ROOT) == []
+
+
+def patch_id_problems(root: Path) -> list[str]:
+    """Each patch of every series of the repository at ``root`` names its logical
+    patch once (Fork-Patch), ids are unique within a series, and one id means one
+    change and part on every base."""
     seen: dict[str, tuple[str, str, str]] = {}
     problems: list[str] = []
-    for version in store.versions(ROOT / "series"):
-        series_dir = ROOT / "series" / version
+    for version in store.versions(root / "series"):
+        series_dir = root / "series" / version
         ids: list[str] = []
         for header in load_series(series_dir).headers:
             values = header.values("Fork-Patch")
@@ -131,4 +136,19 @@ def test_every_committed_patch_has_one_stable_id() -> None:
                 problems.append(f"{where}: {values[0]} is {first[:2]} in {first[2]}")
         if len(ids) != len(set(ids)):
             problems.append(f"{series_dir.name}: an id twice: {sorted(ids)}")
-    assert problems == []
+    return problems
+
+
+def test_the_trailers_change_add_prints_make_a_complete_header(tmp_path: Path) -> None:
+    """What `vllm-fork change add` tells to commit with passes export's header check
+    and carries the Fork-Patch id every committed patch needs."""
+    from vllm_fork.series.patches import REQUIRED, local_change_trailers
+
+    trailers = local_change_trailers("banner-log")
+    assert set(REQUIRED) <= {key for key, _ in trailers}
+    block = "".join(f"{key}: {value}\n" for key, value in trailers)
+    body = PATCH[PATCH.index("Fork-Change:") : PATCH.index("---\n")]
+    write(tmp_path / "0001-x.patch", PATCH.replace(body, block))
+    header = parse_patch(tmp_path / "0001-x.patch")
+    validate_header(header, ("banner-log",))
+    assert header.patch_id == "banner-log" and PATCH_ID.fullmatch(header.patch_id)

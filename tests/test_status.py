@@ -142,3 +142,44 @@ def test_status_says_what_a_precompiled_wheel_has_of_a_partly_full_change(
         text = format_status(report)
         assert text.count("precompiled wheel (leaves out") == 1
         assert "full build only" not in text
+
+
+def test_reports_read_the_cache_unless_asked_to_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status, status --drift and matrix download nothing by default: a release
+    not in the cache is named as not covered (with how to fetch it) and the
+    command still succeeds; `--fetch` fetches it."""
+    from vllm_fork.cli.main import main
+    from vllm_fork.errors import NetworkError
+    from vllm_fork.sources.fetch import Fetcher
+
+    from .rebase_support import OTHER, V1, V1_FILES, V2, V2_FILES, git, make_fork
+
+    fork = make_fork(tmp_path, monkeypatch, {V1: V1_FILES, V2: V2_FILES}, default=V1)
+    fork.write_series(V1, [OTHER])
+    git(fork.config.upstream_repo, "tag", "-d", f"upstream/{V2}")  # V2 not in the cache
+    monkeypatch.delenv("VLLM_FORK_OFFLINE")
+    asked: list[str] = []
+
+    def no_network(self: Fetcher, pin, *args: object, **kwargs: object) -> Path:
+        asked.append(pin.filename)
+        raise NetworkError(f"{pin.filename}: no network in this test")
+
+    monkeypatch.setattr(Fetcher, "ensure", no_network)
+
+    assert main(["status", "--base", V1]) == 0
+    out = capsys.readouterr().out
+    assert f"not probed: upstream {V2}: not in the cache: not covered (`--fetch`" in out
+    assert main(["status", "--drift"]) == 0
+    assert main(["matrix", "--releases", V1, V2]) == 0
+    out = capsys.readouterr().out
+    assert f"| {V2} | " in out and "not in the cache (see below)" in out
+    assert f"{V2}: not in the cache: not covered (`--fetch` fetches it" in out
+    assert asked == []  # nothing was downloaded, or tried
+
+    assert main(["matrix", "--releases", V2, "--fetch"]) == 1  # asked to: it tries
+    assert asked == [f"vllm-{V2}.tar.gz"]
+    assert main(["status", "--base", V1, "--fetch"]) == 0
+    assert asked[1:] == [f"vllm-{V2}.tar.gz"]
+    assert f"not probed: upstream {V2}: vllm-{V2}.tar.gz: no network" in capsys.readouterr().out

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from vllm_fork.errors import ExportRefusedError, PatchFailedError, SeriesError, WorkTreeError
+from vllm_fork.errors import ExportRefusedError, PatchFailedError, WorkTreeError
 from vllm_fork.facts.names import tag_for
 from vllm_fork.series import store
 from vllm_fork.series.patches import load_series, parse_patch
@@ -120,7 +121,7 @@ def test_export_removes_stale_and_refuses_dirty(fork_repo: ForkRepo, tmp_path: P
     ]
     (tree / "vllm/layer.py").write_text("dirty\n")
     before = tree_files(fork_repo.config.series_root)
-    with pytest.raises(WorkTreeError, match="(?s)uncommitted changes.*M vllm/layer.py"):
+    with pytest.raises(ExportRefusedError, match="(?s)uncommitted changes.*M vllm/layer.py"):
         export(fork_repo.config, tree)
     assert tree_files(fork_repo.config.series_root) == before
 
@@ -147,7 +148,7 @@ def test_export_rejects_commit_without_header(fork_repo: ForkRepo, tmp_path: Pat
     tree = tmp_path / "wt"
     materialize(fork_repo.config, None, tree)
     commit(tree, "No trailers", "Body.", "", {"vllm/new.py": "x = 1\n"})
-    with pytest.raises(SeriesError, match="missing header field"):
+    with pytest.raises(ExportRefusedError, match="missing header field"):
         export(fork_repo.config, tree)
     assert not fork_repo.series_dir().exists()
 
@@ -260,8 +261,39 @@ def test_export_refuses_paths_the_build_overwrites(fork_repo: ForkRepo, tmp_path
         trailer_block(),
         {"vllm/third_party/x.py": "z = 1\n"},
     )
-    with pytest.raises(SeriesError, match="must not change paths.*vllm/third_party/x.py"):
+    with pytest.raises(ExportRefusedError, match="must not change paths.*vllm/third_party/x.py"):
         export(fork_repo.config, tree)
+
+
+def test_every_export_refusal_exits_2_as_the_readme_says(
+    fork_repo: ForkRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: "2 bad usage or a refused request". Each way export refuses a tree
+    (dirty, mid-merge, a path the build overwrites, a bad header, dropped patches)
+    exits 2 with one error line, and writes nothing."""
+    from vllm_fork.cli.main import main
+
+    def refused(tree: Path, what: str) -> None:
+        assert main(["export", str(tree)]) == 2, what
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("vllm-fork: error: "), (what, err)
+        assert not fork_repo.series_dir().exists(), what
+
+    tree = tmp_path / "wt"
+    materialize(fork_repo.config, None, tree)
+    capsys.readouterr()  # the download line of a first materialize
+    (tree / "vllm/layer.py").write_text("dirty\n")
+    refused(tree, "a dirty tree")
+    git(tree, "checkout", "-q", "vllm/layer.py")
+    commit(tree, "No trailers", "Body.", "", {"vllm/new.py": "x = 1\n"})
+    refused(tree, "a bad header")
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    commit(tree, "[ROCm] Vendored", "No.", trailer_block(), {"vllm/third_party/x.py": "z\n"})
+    refused(tree, "a path the precompiled build overwrites")
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    git_dir = tree / git(tree, "rev-parse", "--git-dir").strip()
+    (git_dir / "MERGE_HEAD").write_text(git(tree, "rev-parse", "HEAD"))
+    refused(tree, "a merge in progress")
 
 
 def test_export_refuses_an_overwritten_path_a_later_patch_removes(
@@ -280,7 +312,9 @@ def test_export_refuses_an_overwritten_path_a_later_patch_removes(
     )
     (tree / "vllm/vllm_flash_attn/x.py").unlink()
     commit(tree, "[ROCm] Take it back", "No.", trailer_block(), {})
-    with pytest.raises(SeriesError, match="must not change paths.*vllm/vllm_flash_attn/x.py"):
+    with pytest.raises(
+        ExportRefusedError, match="must not change paths.*vllm/vllm_flash_attn/x.py"
+    ):
         export(fork_repo.config, tree)
 
 
@@ -290,6 +324,8 @@ def test_only_the_tools_own_trees_may_live_in_its_work_area(fork_repo: ForkRepo)
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, inside)
     assert materialize(fork_repo.config, None, inside, internal=True).path == inside
+    # whose it is, for `vllm-fork cache prune` (a user's tree records no pid)
+    assert git(inside, "config", "--get", "vllm-fork.pid").strip() == str(os.getpid())
     elsewhere = fork_repo.config.cache.tmp / "tree"
     with pytest.raises(WorkTreeError, match="inside the vllm-fork cache"):
         materialize(fork_repo.config, None, elsewhere, internal=True)
@@ -306,7 +342,7 @@ def test_export_refuses_an_author_the_series_check_would_reject(
     materialize(fork_repo.config, None, tree)
     commit(tree, "Gate it", "Why.", trailer_block(), {"vllm/layer.py": "x = 1\n"})
     git(tree, "commit", "-q", "--amend", "--no-edit", "--author=Someone <someone@example.com>")
-    assert main(["export", str(tree)]) == 1
+    assert main(["export", str(tree)]) == 2  # a refused request (README)
     err = capsys.readouterr().err
     assert "must be authored by 'vLLM ROCm fork maintainers <" in err
     assert "'Gate it' by 'Someone <someone@example.com>'" in err

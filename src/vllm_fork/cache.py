@@ -13,12 +13,24 @@
                               tmp/: other runs take the lock meanwhile)
       build-env/<key>/        one build environment per (requirements, Python)
         .vllm-fork-ready      written last: the environment is complete
+        .vllm-fork-used       touched by every command that uses it (`cache prune`)
       build-env/.lock         the lock of the build environments
+      tree-venvs/<spec>/      the test venvs of vLLM work trees, one per torch spec
+        .vllm-fork-used       touched by every command that uses it
+      release-check/          `release-check`: one state file per base, its wheels
+      backport/<key>/         one `backport` run's resumable state (state.json,
+                              stage/, source.git)
+      watch/<name>.git        bare clones `watch` makes of a URL it is given
       matrix/<V>-<key>.json   cached rows of `vllm-fork matrix`
       probes/<V>-<key>.json   the probes' findings on pristine upstream <V> (status)
       state/upstream.json     what upstream.git's imports were made from
       state/dist/<file>.sha256  the sha256 a download had when verified
       locks/<key>.lock        one lock per work-tree directory being made
+
+A lock file holds the pid and command line of the run holding it (lock.py).
+The tool's own work trees under work/ record the pid of the run that made
+them in their git configuration (:data:`TREE_PID_KEY`), so `vllm-fork cache
+prune` tells a killed run's tree from a running one's.
 """
 
 from __future__ import annotations
@@ -33,6 +45,11 @@ ENV_CACHE = "VLLM_FORK_CACHE_DIR"
 LOCK_FILE = ".lock"
 TMP_DIR = "tmp"
 BUILD_ENV_READY = ".vllm-fork-ready"
+# touched each time a build environment or tree venv is used: what "unused for N
+# days" of `vllm-fork cache prune` reads
+LAST_USED = ".vllm-fork-used"
+# git configuration key of a work tree under work/: the pid of the run that made it
+TREE_PID_KEY = "vllm-fork.pid"
 
 
 def default_cache_dir() -> Path:
@@ -106,15 +123,47 @@ class CacheLayout:
         """The test venvs of vLLM work trees, one per torch spec."""
         return self.root / "tree-venvs"
 
+    @property
+    def probes(self) -> Path:
+        return self.root / "probes"
+
     def probe_findings(self, version: str, key: str) -> Path:
-        return self.root / "probes" / f"{version}-{key[:24]}.json"
+        return self.probes / f"{version}-{key[:24]}.json"
+
+    @property
+    def backport_runs(self) -> Path:
+        """``backport``: one directory of resumable state per carried commit."""
+        return self.root / "backport"
+
+    def backport_run(self, key: str) -> Path:
+        return self.backport_runs / key
+
+    @property
+    def watch_clones(self) -> Path:
+        """``watch``: the bare clones of the repositories it is given as URLs."""
+        return self.root / "watch"
+
+    def watch_clone(self, name: str) -> Path:
+        return self.watch_clones / f"{name}.git"
+
+    @property
+    def records(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def download_records(self) -> Path:
+        return self.records / "dist"
 
     def download_record(self, filename: str) -> Path:
-        return self.root / "state" / "dist" / f"{filename}.sha256"
+        return self.download_records / f"{filename}.sha256"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
 
     @property
     def upstream_record(self) -> Path:
-        return self.root / "state" / "upstream.json"
+        return self.records / "upstream.json"
 
     def dir_lock(self, key: str) -> Path:
-        return self.root / "locks" / f"{key}.lock"
+        return self.locks / f"{key}.lock"

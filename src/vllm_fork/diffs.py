@@ -46,6 +46,13 @@ def touched_paths(text: str, name: str = "patch") -> list[str]:
     return paths
 
 
+def is_test_module(path: str) -> bool:
+    """Whether a path a patch touches is a fork test module of the vLLM tree
+    (``tests/.../test_*.py``): what `vllm-fork test` runs and prove-fail judges."""
+    name = path.rsplit("/", 1)[-1]
+    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
+
+
 @dataclass(frozen=True)
 class HunkInfo:
     old_start: int

@@ -123,7 +123,10 @@ class UnsupportedBaseError(UsageError):
 
 
 class ExportRefusedError(UsageError):
-    """An export that would lose patches (detached or non-tip HEAD, dropped patches)."""
+    """An export refused before it wrote anything (exit 2, a refused request): it
+    would lose patches (detached or non-tip HEAD, dropped patches), the tree is
+    dirty or mid-rebase, a commit changes a path the precompiled build overwrites,
+    has a bad header or another author than the fork."""
 
 
 class UnknownChangeError(SeriesError):

@@ -1,5 +1,9 @@
 """Inter-process locks: one on the cache, one per work-tree directory.
 
+The run that holds a lock writes its pid, command line and start time into the
+lock file; a run that has to wait names it ("waiting for another vllm-fork run
+that holds the cache ... (pid N: COMMAND, since TIME)").
+
 Temporary entries the tool makes (in ``<cache>/tmp`` and next to a work tree
 being materialized) carry its mark: a name starting with :data:`TMP_PREFIX`
 and, for directories, a :data:`MARKER` file inside. Cleanup removes only
@@ -8,15 +12,21 @@ marked entries, so nothing a user put there is ever deleted.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import logging
 import os
+import shlex
 import shutil
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from vllm_fork.cache import CacheLayout, lock_file, staging_dir
 from vllm_fork.hashing import sha256_bytes
@@ -108,6 +118,37 @@ def clear_owned(parent: Path, label: str = "") -> list[Path]:
     return removed
 
 
+def _command_line() -> str:
+    """This process's command line, as it was started (interpreter and options too)."""
+    return shlex.join(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+
+
+def _record_holder(fh: BinaryIO) -> None:
+    """Write who holds the lock into the lock file (the one process that holds it
+    writes; a lock file is never renamed, so it is rewritten in place)."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    record = {"pid": os.getpid(), "command": _command_line(), "since": since}
+    fh.seek(0)
+    fh.truncate()
+    fh.write(json.dumps(record).encode() + b"\n")
+    fh.flush()
+
+
+def holder(path: Path) -> str | None:
+    """Which run holds the lock file ``path``: "pid N: COMMAND, since TIME", as its
+    holder recorded it (None: nothing recorded, or that process is gone)."""
+    try:
+        record = json.loads(path.read_bytes() or b"null")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    pid, command = record.get("pid"), record.get("command")
+    if not isinstance(pid, int) or not isinstance(command, str) or not alive(pid):
+        return None
+    return f"pid {pid}: {command}, since {record.get('since', '?')}"
+
+
 @contextmanager
 def _flock(path: Path, what: str) -> Iterator[None]:
     path = path.resolve()
@@ -127,11 +168,19 @@ def _flock(path: Path, what: str) -> Iterator[None]:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                log.info("waiting for another vllm-fork run that holds %s", what)
+                who = holder(path)
+                log.info(
+                    "waiting for another vllm-fork run that holds %s (%s)",
+                    what,
+                    who or "which one is not recorded",
+                )
                 fcntl.flock(fh, fcntl.LOCK_EX)
             try:
+                _record_holder(fh)
                 yield
             finally:
+                with contextlib.suppress(OSError):
+                    fh.truncate(0)  # no one holds it now
                 fcntl.flock(fh, fcntl.LOCK_UN)
     finally:
         with _guard:

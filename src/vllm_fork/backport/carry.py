@@ -7,10 +7,11 @@ silently. For each target base (every base with a series, or those named):
 
 1. materialize the base into the tool's work area;
 2. decide whether the commit is for it: a base whose series already carries
-   the patch is ``already carried``; a base where the probes say the code is
-   absent (the ``affected`` probe of a known issue the commit fixes, the
-   change registry's first release, or none of the files it changes) or
-   already fixed (the issue's ``fixed`` probe) is ``not applicable``;
+   the patch is ``already carried`` (one that conflicted earlier in the run and
+   was finished by hand is ``resolved by hand``: its patch gets step 4); a
+   base where the probes say the code is absent (the ``affected`` probe of a
+   known issue the commit fixes, the change registry's first release, or none
+   of the files it changes) or already fixed (the issue's ``fixed`` probe) is ``not applicable``;
 3. apply it (:func:`apply_commit`, through the one applier of
    :mod:`vllm_fork.tree.apply`: exactly, else git's 3-way ``ort`` merge with
    rename detection, as a cherry-pick): ``applied clean`` when the diff
@@ -76,9 +77,12 @@ ADAPTED = "adapted by 3-way"
 CONFLICT = "conflict"
 NOT_APPLICABLE = "not applicable"
 CARRIED = "already carried"
+# a base that conflicted, was finished by hand (resolved, exported) and is checked
+# on the next run like the bases the commit applied to
+RESOLVED = "resolved by hand"
 FAILED = "failed"
 # verdicts that let the series be written
-ACCEPTED = (CLEAN, ADAPTED, NOT_APPLICABLE, CARRIED)
+ACCEPTED = (CLEAN, ADAPTED, NOT_APPLICABLE, CARRIED, RESOLVED)
 APPLIED = (CLEAN, ADAPTED)
 
 
@@ -197,9 +201,10 @@ class Checks:
     ok: bool
 
 
-# (base version, work tree with the commit at HEAD) -> its checks; the command
-# line passes the fork tests' runner (vllm_fork.cli.backport.fork_checks)
-CheckRunner = Callable[[str, Path], Checks]
+# (base version, work tree, the commit of its series to prove: "HEAD" where the
+# commit was just applied) -> its checks; the command line passes the fork
+# tests' runner (vllm_fork.backport.checks.fork_checks)
+CheckRunner = Callable[[str, Path, str], Checks]
 
 
 # --- state -------------------------------------------------------------------------
@@ -307,7 +312,17 @@ class Backport:
     def record(self, result: BaseResult) -> None:
         with self._lock:
             self.state["results"][result.version] = asdict(result)
+            if result.verdict == CONFLICT:
+                # kept when the result is forgotten: once the base carries the
+                # patch (finished by hand), it is checked, not taken as carried
+                conflicted = self.state.setdefault("conflicted", [])
+                if result.version not in conflicted:
+                    conflicted.append(result.version)
         self.save()
+
+    def finished_by_hand(self, version: str) -> bool:
+        """Whether ``version`` conflicted in this run and now carries the patch."""
+        return version in self.state.get("conflicted", [])
 
     # -- staging --
 
@@ -388,12 +403,22 @@ class Backport:
         t0 = time.monotonic()
         series = series_digest(self.config.series_dir(version))
         carried = carries(self.config, version, self.source.identity)
-        if carried is not None:
+        if carried is not None and not self.finished_by_hand(version):
             return self._done(BaseResult(version, CARRIED, f"series/{version}/{carried}"), t0)
         tree = self.work_tree(version)
         shutil.rmtree(tree, ignore_errors=True)  # ours, from a killed run
         try:
             materialize(self.config, version, tree, internal=True)
+            if carried is not None:
+                # finished by hand: its series' patch gets the checks of the others
+                sha = [
+                    c.sha
+                    for c in series_commits(tree)
+                    if patch_identity(c, c.subject) == self.source.identity
+                ][-1]
+                detail = f"its series carries the resolved patch ({carried})"
+                return Prepared(version, tree, Applied(RESOLVED, detail), series, t0, sha)
+
             run_git(["fetch", "-q", self.source_git, SOURCE_REF], cwd=tree)
             (commit,) = read_commits(tree, [self.source.commit])
             why = not_applicable(self.config, version, commit, tree)
@@ -414,9 +439,10 @@ class Backport:
         """The checks of a base the commit applied to, and its export."""
         version, applied = prepared.version, prepared.applied
         try:
-            outcome = checks(version, prepared.tree)
+            outcome = checks(version, prepared.tree, prepared.rev)
             if outcome.ok:
-                self.export_to_stage(prepared.tree)
+                if applied.verdict != RESOLVED:  # series/ carries that one already
+                    self.export_to_stage(prepared.tree)
                 verdict, reason = applied.verdict, applied.detail
             else:
                 verdict, reason = FAILED, f"{applied.verdict}, but the checks fail"
@@ -446,6 +472,7 @@ class Prepared:
     applied: Applied
     series: str
     started: float
+    rev: str = "HEAD"  # the commit to prove: HEAD, or the hand-resolved patch's
 
 
 def _failure(version: str, exc: ForkError) -> BaseResult:
@@ -493,7 +520,7 @@ def source_from_tree(config: Workspace, tree: Path, rev: str = "HEAD") -> tuple[
         )
     commit = commits[sha]
     source = Source(version, sha, patch_identity(commit, commit.subject), commit.subject)
-    state_dir = config.cache_dir / "backport" / _state_key(tree, sha)
+    state_dir = config.cache.backport_run(_state_key(tree, sha))
     state_dir.mkdir(parents=True, exist_ok=True)
     _keep_source(config, state_dir, tree, sha)
     return source, state_dir

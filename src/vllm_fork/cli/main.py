@@ -200,6 +200,8 @@ def _export_run(args: argparse.Namespace, config: Workspace) -> int:
         print(f"  wrote {name}")
     for name in result.removed:
         print(f"  removed {name}")
+    for line in result.local:
+        print(line)
     return ExitCode.OK
 
 
@@ -245,6 +247,12 @@ def _series_store_run(args: argparse.Namespace, config: Workspace) -> int:
 
 def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="VERSION", help="pinned base (default: bases.toml default)")
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="also fetch the other releases the report reads (retirement search, --drift's "
+        "known-issue probes) that are not in the cache; without it they are named as not covered",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--tree",
@@ -267,13 +275,13 @@ def _status_run(args: argparse.Namespace, config: Workspace) -> int:
     if args.drift:
         if args.tree is not None or args.base is not None:
             raise UsageError("--drift covers every base; give it without --base or --tree")
-        table = compute_drift(config)
+        table = compute_drift(config, fetch=args.fetch)
         if args.json:
             print(json.dumps(table.to_json(), indent=2, sort_keys=True))
         else:
             print(format_drift(table))
         return 0
-    report = compute_status(config, args.base, args.tree)
+    report = compute_status(config, args.base, args.tree, fetch=args.fetch)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -340,19 +348,40 @@ def _change_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", required=True, metavar="TEXT", help="what the change does")
     p.add_argument("--why", default="", metavar="TEXT", help="why the fork carries it")
     p.add_argument("--retire-when", default="", metavar="TEXT", help="when it is dropped")
+    p.add_argument(
+        "--files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file of the vLLM tree the change lands in (repeatable; default: derived "
+        "from its patches by export)",
+    )
+    p.add_argument(
+        "--tests",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a fork test module that proves it, tests/.../test_*.py (repeatable; "
+        "default: derived from its patches by export)",
+    )
 
 
 def _change_run(args: argparse.Namespace, config: Workspace) -> int:
     from vllm_fork.facts import registry
+    from vllm_fork.series.patches import local_change_trailers
 
     path = registry.declare_local_change(
-        config.root, args.id, args.title, args.why, args.retire_when
+        config.root, args.id, args.title, args.why, args.retire_when, args.files, args.tests
     )
     print(f"{path}: change {args.id} declared (a local change: no probe)")
     print(
-        "next: commit your patch in a work tree with the trailers\n"
-        f"  Fork-Change: {args.id}\n  Fork-Part: change\n  Origin: vendor\n  Forwarded: no\n"
-        "then `vllm-fork export DIR` and commit local-changes.toml with series/"
+        "next: `vllm-fork materialize DIR`, edit, add a test module (tests/.../test_*.py) "
+        "that fails without the edit (a patch with no test is NOT PROVEN and fails "
+        "prove-fail), and commit in DIR with the trailers\n"
+        + "".join(f"  {key}: {value}\n" for key, value in local_change_trailers(args.id))
+        + "then `vllm-fork export DIR` (it adds the patch's files and tests to the entry), "
+        "`python -m vllm_fork.reports.tables --write`, `scripts/test.sh`, and commit "
+        "local-changes.toml, series/, README.md and docs/changes.md (docs/changes.md)"
     )
     return ExitCode.OK
 
@@ -391,6 +420,55 @@ def _gpu_bundle_run(args: argparse.Namespace, config: Workspace) -> int:
         f"{out}: GPU test bundle of vLLM {manifest['base']} ({len(manifest['runs'])} runs, "
         f"{bundle_size(out) / 2**20:.1f} MiB); on the GPU host: sh {out.name}/run.sh RESULTS_DIR"
     )
+    return ExitCode.OK
+
+
+# --- cache -------------------------------------------------------------------------
+
+
+def _cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["prune"],
+        help="prune: remove what no pinned base or recent run needs (default: report)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with prune: list what it would remove, remove none"
+    )
+    p.add_argument(
+        "--unused-days",
+        type=float,
+        default=None,
+        metavar="N",
+        help="build environments, tree venvs, work trees, backport runs and watch clones "
+        "unused for N days are prunable (default: 14)",
+    )
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+
+
+def _cache_run(args: argparse.Namespace, config: Workspace) -> int:
+    from vllm_fork.sources import cachekeep
+
+    days = cachekeep.UNUSED_DAYS if args.unused_days is None else args.unused_days
+    if days < 0:
+        raise UsageError("--unused-days must not be negative")
+    if args.action is None:
+        if args.dry_run:
+            raise UsageError("--dry-run goes with `vllm-fork cache prune`")
+        survey = cachekeep.survey(config, unused_days=days)
+        if args.json:
+            print(cachekeep.survey_json(survey))
+        else:
+            print(cachekeep.format_survey(survey))
+            if survey.prunable:
+                print(
+                    "`vllm-fork cache prune` removes what the prunable column counts "
+                    "(`--dry-run` lists it)"
+                )
+        return ExitCode.OK
+    pruned = cachekeep.prune(config, unused_days=days, dry_run=args.dry_run)
+    print(cachekeep.format_pruned(pruned))
     return ExitCode.OK
 
 
@@ -439,6 +517,12 @@ COMMANDS: dict[str, Command] = {
         "run the series' tests in a work tree (and prove they fail without their patch)",
         _test_args,
         _test_run,
+    ),
+    "cache": Command(
+        "the download cache by kind with sizes; `cache prune` removes what no pinned base "
+        "or recent run needs",
+        _cache_args,
+        _cache_run,
     ),
     "gpu-bundle": Command(
         "write what the GPU tests of a base need on an offline GPU host (tree subset, "

@@ -144,6 +144,12 @@ def matrix_args(p: argparse.ArgumentParser) -> None:
         "(the table then goes to stderr)",
     )
     p.add_argument("--no-cache", action="store_true", help="recompute every row")
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="fetch the releases the matrix, its known issues and its drift part read that "
+        "are not in the cache (default: they are named as not covered)",
+    )
 
 
 def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
@@ -161,6 +167,7 @@ def matrix_run(args: argparse.Namespace, config: Workspace) -> int:
         own=not (args.series or args.default_series),
         use_cache=not args.no_cache,
         log=log,
+        fetch=args.fetch,
     )
     to_stdout = args.json is not None and str(args.json) == "-"
     # stdout carries one result: the JSON when asked for there, else the tables

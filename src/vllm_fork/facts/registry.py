@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 from packaging.version import Version
 
 from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
-from vllm_fork.errors import ConfigError
+from vllm_fork.diffs import is_test_module
+from vllm_fork.errors import ConfigError, UsageError
+from vllm_fork.facts.finding import UNPROBED
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,7 +129,9 @@ class Change:
 
     def expected_upstream(self, version: str) -> str:
         """What the probe of a pristine ``version`` is declared to find:
-        "present", "absent" or "n/a"."""
+        "present", "absent" or "n/a" ("unprobed": a local change, which has no probe)."""
+        if self.local:
+            return UNPROBED
         v = Version(version)
         if self.applies_since is not None and v < Version(self.applies_since):
             return "n/a"
@@ -536,23 +541,129 @@ def header_ids() -> tuple[str, ...]:
     return (*change_ids(), *(s.id for s in SUPPORT))
 
 
-def local_entry(change_id: str, title: str, why: str = "", retire_when: str = "") -> str:
-    """The TOML of one ``[[change]]`` entry of local-changes.toml."""
-    entry = {"id": change_id, "title": title}
+def _entry_dict(
+    change_id: str,
+    title: str,
+    why: str = "",
+    retire_when: str = "",
+    files: Sequence[str] = (),
+    tests: Sequence[str] = (),
+) -> dict[str, object]:
+    entry: dict[str, object] = {"id": change_id, "title": title}
     entry.update({k: v for k, v in (("why", why), ("retire_when", retire_when)) if v})
-    return "[[change]]\n" + tomli_w.dumps(entry)
+    entry.update({k: list(v) for k, v in (("files", files), ("tests", tests)) if v})
+    return entry
+
+
+def local_entry(
+    change_id: str,
+    title: str,
+    why: str = "",
+    retire_when: str = "",
+    files: Sequence[str] = (),
+    tests: Sequence[str] = (),
+) -> str:
+    """The TOML of one ``[[change]]`` entry of local-changes.toml."""
+    return "[[change]]\n" + tomli_w.dumps(
+        _entry_dict(change_id, title, why, retire_when, files, tests)
+    )
+
+
+def check_paths(files: Sequence[str], tests: Sequence[str]) -> None:
+    """Refuse (UsageError, exit 2) a ``--files``/``--tests`` path that is not a
+    relative path of the vLLM tree, or a ``--tests`` path that is no fork test module."""
+    for path in (*files, *tests):
+        parts = path.split("/")
+        if not path or path.startswith("/") or "\\" in path or ".." in parts or "" in parts:
+            raise UsageError(f"{path!r} is not a relative path of the vLLM tree (a/b/c.py)")
+    wrong = [t for t in tests if not is_test_module(t)]
+    if wrong:
+        raise UsageError(
+            f"--tests takes fork test modules of the vLLM tree (tests/.../test_*.py): "
+            f"{', '.join(wrong)}"
+        )
 
 
 def declare_local_change(
-    root: Path, change_id: str, title: str, why: str = "", retire_when: str = ""
+    root: Path,
+    change_id: str,
+    title: str,
+    why: str = "",
+    retire_when: str = "",
+    files: Sequence[str] = (),
+    tests: Sequence[str] = (),
 ) -> Path:
     """`vllm-fork change add`: append the entry to ``root``'s local-changes.toml,
-    whole or not at all; a taken id or a bad title is refused (ConfigError) before
-    anything changes. The file's path."""
+    whole or not at all; a taken id or a bad title is refused (ConfigError), a
+    bad path (UsageError) before anything changes. The file's path."""
+    check_paths(files, tests)
     path = root / LOCAL_FILE
     before = path.read_text(encoding="utf-8") if path.is_file() else ""
-    entry = local_entry(change_id, title, why, retire_when)
+    entry = local_entry(change_id, title, why, retire_when, files, tests)
     text = before + ("\n" if before and not before.endswith("\n\n") else "") + entry
     parse_local(path, text)
     write_bytes_atomic(path, text.encode())
     return path
+
+
+def _render_local(entries: list[dict[str, Any]]) -> str:
+    """local-changes.toml as `change add` writes it: one ``[[change]]`` table per
+    entry, a blank line between them."""
+    return "\n".join("[[change]]\n" + tomli_w.dumps(entry) for entry in entries)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What :func:`complete_local_change` did for one local change."""
+
+    change: str
+    files: tuple[str, ...]  # paths added to its ``files``
+    tests: tuple[str, ...]  # test modules added to its ``tests``
+    written: bool  # False: local-changes.toml has hand edits the tool does not rewrite
+
+    def describe(self, path: Path) -> str:
+        added = "; ".join(
+            f"{key} += {', '.join(values)}"
+            for key, values in (("files", self.files), ("tests", self.tests))
+            if values
+        )
+        if self.written:
+            return f"{path}: {self.change}: {added} (from its exported patches)"
+        return (
+            f"{path}: {self.change}: its patches touch paths the entry does not list; "
+            f"add by hand (the file has hand edits the tool does not rewrite): {added}"
+        )
+
+
+def complete_local_change(root: Path, change_id: str, paths: Sequence[str]) -> Completion | None:
+    """Add to local change ``change_id``'s entry in ``root``'s local-changes.toml
+    every path of ``paths`` (what its patches touch) it does not list: test
+    modules to ``tests``, other paths outside ``tests/`` to ``files``. None when
+    the entry lists them all already (or ``change_id`` is not a local change).
+    The file is rewritten (atomically) only when it is exactly as the tool writes
+    it; a hand-edited file (comments, other layout) is left as it is and the
+    :class:`Completion` says what to add by hand."""
+    path = root / LOCAL_FILE
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    declared = {c.id: c for c in parse_local(path, text)}
+    change = declared.get(change_id)
+    if change is None:
+        return None
+    have_files = [f.path for f in change.files]
+    tests = [p for p in dict.fromkeys(paths) if is_test_module(p) and p not in change.tests]
+    files = [p for p in dict.fromkeys(paths) if not p.startswith("tests/") and p not in have_files]
+    if not (files or tests):
+        return None
+    entries: list[dict[str, Any]] = tomllib.loads(text)["change"]
+    written = _render_local(entries) == text
+    if written:
+        entry = next(e for e in entries if e["id"] == change_id)
+        entry["files"] = [*have_files, *files]
+        entry["tests"] = [*change.tests, *tests]
+        keys = ("id", "title", "why", "retire_when", "files", "tests")
+        new = _render_local([{k: e[k] for k in keys if e.get(k)} for e in entries])
+        parse_local(path, new)
+        write_bytes_atomic(path, new.encode())
+    return Completion(change_id, tuple(files), tuple(tests), written)

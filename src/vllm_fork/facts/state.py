@@ -2,7 +2,9 @@
 
 - ``upstream``: the pristine base has it (its patches, if any, are hardening
   or tests on top);
-- ``n/a``: the pristine base lacks the code the change modifies;
+- ``n/a``: the pristine base lacks the code the change modifies, or (a local
+  change, which has no probe) the base's series has no patch of it: it was
+  never meant for that base;
 - ``missing``: no ``Fork-Part: change`` patch brings it, or one does and the
   probe of base + series still does not find it;
 - ``conflict``: a patch of it does not apply (only where the series is
@@ -41,9 +43,12 @@ PARTS = (PART_CHANGE, PART_HARDENING, PART_TESTS, PART_SUPPORT, PART_FIX)
 # their tests must fail without them
 JUDGED_PARTS = (PART_CHANGE, PART_HARDENING, PART_FIX)
 
+# the reason shown for a local change on a base where it has no patch
+NA_LOCAL = "a local change with no patch on this base"
+
 LEGEND = (
     "carried: the series brings it; upstream: the release has it; n/a: the release "
-    "lacks the code it changes;\n"
+    "lacks the code it changes (a local change: no patch of it there);\n"
     "conflict: a patch of it does not apply; missing: neither upstream nor the series has it."
 )
 
@@ -66,6 +71,10 @@ def decide(
     if base == PRESENT:
         return UPSTREAM
     if base == PROBE_NA:
+        return NA
+    parts = list(parts)
+    if base == UNPROBED and not parts:
+        # a local change has no probe: where no patch of it is, it is not meant to be
         return NA
     if not carries(parts):
         # Tests, hardening or support without the change itself: the base

@@ -17,6 +17,7 @@ from vllm_fork.release.check import format_last_checks, last_checks
 from vllm_fork.reports.drift import DriftTable, compute_drift, format_drift
 from vllm_fork.reports.matrix import Matrix, compute_matrix, format_matrix
 from vllm_fork.reports.status import base_issue_states, format_issue_matrix
+from vllm_fork.sources.upstream import in_cache, not_cached_reason
 from vllm_fork.sources.workspace import Workspace
 
 # Per release, its known-issue states, or why they were not probed.
@@ -69,13 +70,17 @@ class Overview:
 
 
 def _issue_states(
-    config: Workspace, versions: Sequence[str], log: Callable[[str], None]
+    config: Workspace, versions: Sequence[str], log: Callable[[str], None], fetch: bool
 ) -> IssueStates:
-    """Per release, the known-issue states with its own series (or why not)."""
+    """Per release, the known-issue states with its own series (or why not: a
+    release not in the cache is fetched only with ``fetch``)."""
     out: IssueStates = {}
     if not config.known_issues:
         return out
     for version in versions:
+        if not fetch and not in_cache(config, config.base(version)):
+            out[version] = not_cached_reason(version)
+            continue
         log(f"matrix: {version}: known issues")
         try:
             out[version] = base_issue_states(config, version)
@@ -94,11 +99,15 @@ def compute_overview(
     own: bool,
     use_cache: bool,
     log: Callable[[str], None],
+    fetch: bool = False,
 ) -> Overview:
     """The overview of ``releases`` (default: every pinned release from the oldest
     to the newest supported base) with their own series, or ``series`` applied
-    to each (``own`` False)."""
-    matrix = compute_matrix(config, releases, series, own=own, use_cache=use_cache, log=log)
+    to each (``own`` False), from what the cache holds: a release not in it is
+    fetched only with ``fetch``, else named as not covered."""
+    matrix = compute_matrix(
+        config, releases, series, own=own, use_cache=use_cache, log=log, fetch=fetch
+    )
     versions = [row.version for row in matrix.rows]
     checks = last_checks(config)
     return Overview(
@@ -106,6 +115,6 @@ def compute_overview(
         last_checks={v: checks.get(v) for v in versions},
         last_checks_table=format_last_checks(config, versions),
         issue_ids=tuple(i.id for i in config.known_issues),
-        issues=_issue_states(config, versions, log),
-        drift=compute_drift(config),
+        issues=_issue_states(config, versions, log, fetch),
+        drift=compute_drift(config, fetch=fetch),
     )

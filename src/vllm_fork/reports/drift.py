@@ -38,6 +38,7 @@ from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
 from vllm_fork.series.patches import Series, TrailerFields
 from vllm_fork.series.store import stem_of
+from vllm_fork.sources.upstream import in_cache
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +188,16 @@ class DriftRow:
 class DriftTable:
     bases: list[str]
     rows: list[DriftRow]
+    # bases whose upstream tree is not in the cache (not fetched: no `--fetch`):
+    # an absent patch's reason there cannot say "upstream" or "not affected"
+    uncovered: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"bases": self.bases, "patches": [r.to_json() for r in self.rows]}
+        return {
+            "bases": self.bases,
+            "patches": [r.to_json() for r in self.rows],
+            "not_covered": list(self.uncovered),
+        }
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -346,21 +354,30 @@ def drift_table(
     return DriftTable(versions, rows)
 
 
-def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTable:
-    """The drift table of every pinned base with a series (or of ``versions``)."""
+def compute_drift(
+    config: Any, versions: Iterable[str] | None = None, *, fetch: bool = False
+) -> DriftTable:
+    """The drift table of every pinned base with a series (or of ``versions``),
+    from the upstream trees in the cache; ``fetch``: a base's tree that is not
+    there is fetched for its known-issue probes, else the base is named as not
+    covered (:attr:`DriftTable.uncovered`)."""
     wanted = list(versions) if versions else store.versions(config.series_root)
     pinned = set(config.pins.versions())
     cached = set(cached_versions(config))
     check_upstream_fix(config, sorted(cached, key=Version))
+    uncovered: set[str] = set()
 
     def fixed_upstream(version: str) -> frozenset[str]:
         if version not in cached:
-            log.warning("%s: not in the cache; a fix upstream has is shown as '-'", version)
+            uncovered.add(version)
             return frozenset()
         return pristine_fixed(config, version)
 
     @functools.cache
     def unaffected(version: str) -> frozenset[str]:
+        if not fetch and not in_cache(config, config.base(version)):
+            uncovered.add(version)
+            return frozenset()
         try:
             states = base_issue_states(config, version)
         except ForkError as e:  # e.g. offline without the upstream repository
@@ -369,7 +386,9 @@ def compute_drift(config: Any, versions: Iterable[str] | None = None) -> DriftTa
         return frozenset(s.issue for s in states if s.state == NOT_AFFECTED)
 
     series = {v: config.series(v) for v in wanted if v in pinned}
-    return drift_table(series, fixed_upstream, unaffected)
+    table = drift_table(series, fixed_upstream, unaffected)
+    table.uncovered = tuple(sorted(uncovered, key=Version))
+    return table
 
 
 def format_drift(table: DriftTable) -> str:
@@ -400,6 +419,12 @@ def format_drift(table: DriftTable) -> str:
         if details:
             lines.append(f"  {row.id} ({row.change}, {row.part}; newest {row.newest}):")
             lines.extend(details)
+    if table.uncovered:
+        lines.append(
+            f"not covered: {', '.join(table.uncovered)}: not in the cache, so a patch absent "
+            "there is not checked against upstream's fix or the known-issue probes (shown "
+            "as '-'); `--fetch` fetches them"
+        )
     return "\n".join(lines)
 
 

@@ -32,14 +32,15 @@ from vllm_fork.aiterpin import aiter_pin
 from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, SeriesError, UsageError
 from vllm_fork.facts import registry, state
+from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.names import tag_for
-from vllm_fork.facts.state import LEGEND, PART_CHANGE, decide
+from vllm_fork.facts.state import LEGEND, NA, NA_LOCAL, PART_CHANGE, decide
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import GitTree, probe_all
 from vllm_fork.series.patches import Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Pins
-from vllm_fork.sources.upstream import ensure_upstream
+from vllm_fork.sources.upstream import ensure_upstream, in_cache, not_cached_reason
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.apply import (
     CLEAN,
@@ -89,6 +90,9 @@ class ReleaseRow:
     patches: list[PatchResult] = field(default_factory=list)
     error: str | None = None
     cached: bool = False
+    # not computed: its upstream tree is not in the cache and the command was not
+    # asked to fetch it (``error`` says so); not a failure of the release
+    not_covered: bool = False
     series_base: str = ""  # whose series was applied ("" for none: the release has none)
     aiter: str | None = None  # the AITER tag the release's ROCm image pins
 
@@ -101,6 +105,7 @@ class ReleaseRow:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         del data["cached"]
+        data["not_covered"] = self.not_covered
         data["series_applies"] = self.series_applies
         return data
 
@@ -128,7 +133,13 @@ class Matrix:
 
     @property
     def unavailable(self) -> list[str]:
-        return [r.version for r in self.rows if r.error is not None]
+        """The releases whose row could not be computed (not those left out
+        because they are not in the cache: :attr:`not_covered`)."""
+        return [r.version for r in self.rows if r.error is not None and not r.not_covered]
+
+    @property
+    def not_covered(self) -> list[str]:
+        return [r.version for r in self.rows if r.not_covered]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -306,7 +317,8 @@ def compute_row(
             failed=any(p.result == P_FAILED for p in mine),
         )
         hardening = registry.get(change).scoped_hardening(row.version, dict(finding.hardening))
-        row.changes[change] = ChangeCell(state, finding.reason, hardening, names)
+        reason = NA_LOCAL if state == NA and finding.state == UNPROBED else finding.reason
+        row.changes[change] = ChangeCell(state, reason, hardening, names)
     return row
 
 
@@ -335,10 +347,13 @@ def compute_matrix(
     use_cache: bool = True,
     log: Log = lambda _line: None,
     fetcher: Fetcher | None = None,
+    fetch: bool = True,
 ) -> Matrix:
     """The matrix of ``releases``: ``own``, each release with its own series
     (none where it has no ``series/<V>/``); else the series of
-    ``series_version`` (default: the default base's) applied to every one."""
+    ``series_version`` (default: the default base's) applied to every one.
+    ``fetch`` False: a release whose row is not cached and whose upstream tree is
+    not in the cache is not computed (a row that says so, ``not_covered``)."""
     pins = config.pins
     series_base = pins.get(series_version)
     series = config.series(series_base.version)
@@ -355,6 +370,16 @@ def compute_matrix(
             applied_sha = series_hash(applied) if own else series_sha
             key = row_key(base.sdist.sha256, applied_sha, code_sha)
             row = load_cached_row(config, version, key) if use_cache else None
+            missing = [
+                b
+                for b in ([base] if own else [series_base, base])
+                if not fetch and not in_cache(config, b)
+            ]
+            if row is None and missing:
+                reason = not_cached_reason(missing[0].version)
+                if missing[0] is not base:
+                    reason = f"the series base {missing[0].version} is {reason}"
+                row = ReleaseRow(version, base.sdist.sha256, error=reason, not_covered=True)
             if row is None:
                 try:
                     # ensure_upstream takes the cache lock while it imports; the rest only
@@ -388,6 +413,8 @@ def compute_matrix(
 
 
 def _series_cell(row: ReleaseRow) -> str:
+    if row.not_covered:
+        return "not in the cache (see below)"
     if row.error is not None:
         return "unavailable (see below)"
     failed = [p.file for p in row.patches if p.result == P_FAILED]

@@ -18,6 +18,7 @@ from packaging.version import Version
 from vllm_fork.atomic import write_json_atomic
 from vllm_fork.errors import ForkError, PatchFailedError, UsageError
 from vllm_fork.facts import registry
+from vllm_fork.facts.finding import UNPROBED
 from vllm_fork.facts.known_issues import (
     AFFECTED,
     FIXED_FORK,
@@ -29,7 +30,7 @@ from vllm_fork.facts.known_issues import (
 )
 from vllm_fork.facts.lifecycle import PatchLife, Retirement, retirement
 from vllm_fork.facts.names import tag_for
-from vllm_fork.facts.state import CARRIED, MISSING, NA, UPSTREAM, decide
+from vllm_fork.facts.state import CARRIED, MISSING, NA, NA_LOCAL, UPSTREAM, decide
 from vllm_fork.git import run_git
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.probes import DirTree, Finding, GitTree, SourceTree, probe_all
@@ -39,7 +40,11 @@ from vllm_fork.reports.matrix import code_hash
 from vllm_fork.series.patches import BUILD_ANY, BUILD_FULL, Series
 from vllm_fork.sources.fetch import Fetcher
 from vllm_fork.sources.pins import Base, Pins
-from vllm_fork.sources.upstream import ensure_upstream, imported_sha256
+from vllm_fork.sources.upstream import (
+    ensure_upstream,
+    in_cache,
+    not_cached_reason,
+)
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.tree.apply import ApplyError, SeriesApplyError, applier, repo_of, tree_of
 from vllm_fork.tree.commits import series_commits, tree_base
@@ -182,7 +187,7 @@ def classify(
     and the parts of the patches that carry it."""
     state = decide(pristine.state, parts, patched=patched.state)
     if state == NA:
-        return state, pristine.reason, {}
+        return state, NA_LOCAL if pristine.state == UNPROBED else pristine.reason, {}
     reason = pristine.reason if state == UPSTREAM else patched.reason
     return state, reason, dict(patched.hardening)
 
@@ -219,22 +224,20 @@ def _pristine_findings(config: Workspace, base: Base, fetcher: Fetcher) -> dict[
     return findings
 
 
-def _available(config: Workspace, base: Base, fetcher: Fetcher) -> bool:
-    """Whether upstream ``base`` can be probed from the cache, with no download."""
-    return (
-        imported_sha256(config.upstream_repo, base.version) == base.sdist.sha256
-        or fetcher.cached_path(base.sdist).is_file()
-    )
-
-
 def patch_lifecycle(
-    config: Workspace, version: str, patches: list[tuple[str, str, str]], fetcher: Fetcher
+    config: Workspace,
+    version: str,
+    patches: list[tuple[str, str, str]],
+    fetcher: Fetcher,
+    *,
+    fetch: bool = False,
 ) -> tuple[tuple[PatchLife, ...], tuple[str, ...], dict[str, str]]:
     """Per patch (name, change, part): carried, or retire-ready with the first
     candidate upstream release after ``version`` (``retire_candidates``) whose
     pristine tree the probe finds it in; the releases probed; and the
-    candidates that could not be probed, with why. A candidate that is not in
-    the cache is fetched (docs/rebase.md), except offline."""
+    candidates that could not be probed, with why. Only what the cache holds
+    is probed: a candidate that is not in it is fetched only with ``fetch``
+    (`status --fetch`; never offline), else named as not covered."""
     pins = config.pins
     newer = retire_candidates(pins, version, {change for _, change, _ in patches})
     found: dict[int, Retirement] = {}
@@ -242,9 +245,11 @@ def patch_lifecycle(
     not_probed: dict[str, str] = {}
     for release in newer:
         base = pins.get(release)
-        if config.offline and not _available(config, base, fetcher):
+        if not in_cache(config, base) and (config.offline or not fetch):
             not_probed[release] = (
                 f"offline and not in the cache (`vllm-fork fetch --base {release}`)"
+                if config.offline
+                else not_cached_reason(release)
             )
             continue
         try:
@@ -302,9 +307,12 @@ def _precompiled_findings(
 
 
 def compute_status(
-    config: Workspace, version: str | None, tree: Path | None = None
+    config: Workspace, version: str | None, tree: Path | None = None, *, fetch: bool = False
 ) -> StatusReport:
-    """Status of base + series, or of a materialized work tree on disk (``tree``)."""
+    """Status of base + series, or of a materialized work tree on disk (``tree``).
+    The base itself is fetched when it is not in the cache (the report is of it);
+    the newer releases the retirement search probes are read from the cache
+    only, unless ``fetch`` (those not covered are named in the report)."""
     if tree is not None:
         recorded = tree_base(tree)
         if version is not None and version != recorded:
@@ -380,7 +388,7 @@ def compute_status(
             )
         )
     lives, probed, not_probed = patch_lifecycle(
-        config, base.version, [(n, c, p) for n, c, p, _ in patches], fetcher
+        config, base.version, [(n, c, p) for n, c, p, _ in patches], fetcher, fetch=fetch
     )
     issues = known_issue_states(config, pristine_tree, patched_tree, fixes)
     return StatusReport(

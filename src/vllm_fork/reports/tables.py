@@ -26,7 +26,7 @@ from pathlib import Path
 
 from vllm_fork.atomic import write_bytes_atomic
 from vllm_fork.config import find_root
-from vllm_fork.diffs import touched_paths
+from vllm_fork.diffs import is_test_module, touched_paths
 from vllm_fork.errors import ExitCode, ForkError
 from vllm_fork.facts import registry
 from vllm_fork.facts.known_issues import ref_url
@@ -44,7 +44,6 @@ from vllm_fork.series import store
 from vllm_fork.series.patches import BUILD_FULL
 from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sources.workspace import Workspace, load_config
-from vllm_fork.testing.forktests import is_test_module
 
 log = logging.getLogger(__name__)
 

@@ -499,7 +499,7 @@ def _clone(config: Workspace, url: str, name: str) -> Path:
     """A bare clone of ``url`` in the cache (fetched again when present)."""
     if config.offline:
         raise UsageError(f"{url} is not a local directory and --offline forbids the network")
-    target = config.cache_dir / "watch" / f"{name}.git"
+    target = config.cache.watch_clone(name)
     env = git_env()
     if (target / "HEAD").is_file():
         log.info("fetching %s into %s (network: the watch was given a URL)", url, target)

@@ -49,6 +49,20 @@ BUILD_ANY = "any"
 BUILD_VALUES = (BUILD_FULL, BUILD_ANY)
 
 
+def local_change_trailers(change_id: str) -> tuple[tuple[str, str], ...]:
+    """The trailers of a local change's first patch (`vllm-fork change add` prints
+    them): every field the header check requires, and the ``Fork-Patch`` id that
+    every committed patch carries (docs/series-format.md)."""
+    values = {
+        "Fork-Change": change_id,
+        "Fork-Part": "change",
+        PATCH_ID_TRAILER: change_id,
+        "Origin": ORIGIN_VENDOR,
+        "Forwarded": "no",
+    }
+    return tuple(values.items())
+
+
 def known_changes() -> tuple[str, ...]:
     return registry.header_ids()
 

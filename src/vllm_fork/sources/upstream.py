@@ -189,6 +189,23 @@ def import_sdist(repo: Path, version: str, sdist: Path, sha256: str, work: Path)
     return commit_id
 
 
+def in_cache(config: Workspace, base: Base) -> bool:
+    """Whether upstream ``base`` can be read with no download: imported into
+    upstream.git from its pinned sdist, or that sdist is in the downloads."""
+    return (
+        imported_sha256(config.upstream_repo, base.version) == base.sdist.sha256
+        or (config.dist_dir / base.sdist.filename).is_file()
+    )
+
+
+def not_cached_reason(version: str) -> str:
+    """What a report says of a release it did not cover because it is not cached."""
+    return (
+        f"not in the cache: not covered (`--fetch` fetches it, or `vllm-fork fetch --base "
+        f"{version}`)"
+    )
+
+
 def ensure_upstream(config: Workspace, base: Base, fetcher: Fetcher | None = None) -> str:
     """Make sure ``upstream/<V>`` exists in the cache for the pinned sdist; return the tag.
 

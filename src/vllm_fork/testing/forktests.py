@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.config import find_root
+from vllm_fork.diffs import is_test_module
 from vllm_fork.errors import ConfigError, ForkError, WorkTreeError
 from vllm_fork.facts.state import JUDGED_PARTS, PART_TESTS
 from vllm_fork.git import run_git
@@ -202,11 +203,6 @@ def sim_plugin_args(tree: Path) -> list[str]:
     ``run_pytest`` puts its directory on ``PYTHONPATH``.
     """
     return ["-p", SIM_PLUGIN] if is_vllm_tree(tree) else []
-
-
-def is_test_module(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
 
 
 def patch_commits(tree: Path) -> list[PatchCommit]:
@@ -433,11 +429,12 @@ def prove_failing(
 
 
 def check_head(
-    tree: Path, python: str, extra_args: Sequence[str] = ()
+    tree: Path, python: str, extra_args: Sequence[str] = (), rev: str = "HEAD"
 ) -> tuple[PytestOutcome, FailProof | None]:
-    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD,
-    run side by side (None: HEAD is not a series commit)."""
-    head = run_git(["rev-parse", "HEAD"], cwd=tree).stdout.decode().strip()
+    """The fork tests of ``tree`` and the prove-fail of the patch at its HEAD
+    (``rev``: another commit of its series), run side by side (None: it is not a
+    series commit)."""
+    head = run_git(["rev-parse", f"{rev}^{{commit}}"], cwd=tree).stdout.decode().strip()
     with ThreadPoolExecutor(max_workers=2) as pool:
         tests = pool.submit(run_fork_tests, tree, python, extra_args, quiet=True)
         proofs = pool.submit(prove_failing, tree, python, extra_args, jobs=1, only={head})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from vllm_fork.cache import LAST_USED
 from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_bytes
@@ -110,6 +111,7 @@ def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> 
     with dir_lock(config.cache_dir, where):
         stamp = where / STAMP
         if python.exists() and stamp.is_file() and stamp.read_text().strip() == want:
+            (where / LAST_USED).touch()  # `vllm-fork cache prune` keeps it
             return python
         if config.offline:
             log.info("offline: pip reads only local indexes and wheel directories")
@@ -121,6 +123,7 @@ def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> 
         _pip(python, spec)
         _install_requirements(python, tree / "requirements" / "common.txt")
         stamp.write_text(want + "\n")
+        (where / LAST_USED).touch()
     return python
 
 

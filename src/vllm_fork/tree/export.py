@@ -17,7 +17,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.errors import ExportRefusedError, SeriesError, WorkTreeError
+from vllm_fork.diffs import touched_paths
+from vllm_fork.errors import (
+    ExportRefusedError,
+    SeriesError,
+    UnknownChangeError,
+)
+from vllm_fork.facts import registry
 from vllm_fork.facts.names import tag_for
 from vllm_fork.git import git_env, git_out, run_git
 from vllm_fork.lock import dir_lock
@@ -52,6 +58,9 @@ class ExportResult:
     removed: list[str] = field(default_factory=list)
     series_changed: bool = False
     store: store.StoreChange = field(default_factory=store.StoreChange)
+    # local changes whose local-changes.toml entry was completed with the paths
+    # their exported patches touch (one line each, to print)
+    local: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -62,14 +71,17 @@ class ExportResult:
 def _check_clean(tree: Path) -> None:
     status = git_out(["status", "--porcelain", "--untracked-files=normal"], cwd=tree)
     if status:
-        lines = status.splitlines()
-        shown = "\n  ".join(lines[:10]) + ("\n  ..." if len(lines) > 10 else "")
-        raise WorkTreeError(
-            f"{tree} has uncommitted changes; commit them (or stash) before exporting:\n  {shown}"
+        lines = [line.strip() for line in status.splitlines()]
+        more = f", {len(lines) - 10} more" if len(lines) > 10 else ""
+        raise ExportRefusedError(
+            f"{tree} has uncommitted changes ({', '.join(lines[:10])}{more}); commit them "
+            "(or stash) before exporting"
         )
     git_dir = tree / git_out(["rev-parse", "--git-dir"], cwd=tree)
     if any((git_dir / name).exists() for name in ("rebase-apply", "rebase-merge", "MERGE_HEAD")):
-        raise WorkTreeError(f"{tree} is in the middle of a rebase, am or merge; finish it first")
+        raise ExportRefusedError(
+            f"{tree} is in the middle of a rebase, am or merge; finish it first"
+        )
 
 
 def _head_problem(tree: Path) -> str | None:
@@ -98,9 +110,13 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
     """Write the tree's commits as series/<V>/ of the repository the tree was
     made from (refused when the current checkout is another one).
 
-    Refused (unless ``force``) when HEAD is detached or behind the ``fork``
-    branch, or when the export would drop patches from the series: the
-    patches that would be added and removed are logged first.
+    Refused (ExportRefusedError, exit 2: a refused request) when the tree is
+    dirty or mid-rebase, a patch would change a path the precompiled build
+    overwrites, a commit has a bad header or another author than the fork; and
+    (unless ``force``) when HEAD is detached or behind the ``fork`` branch, or
+    when the export would drop patches from the series: the patches that would
+    be added and removed are logged first. A ``Fork-Change`` nobody declared is
+    configuration (UnknownChangeError, exit 3).
     """
     tree = tree.absolute()
     version = tree_base(tree)
@@ -112,7 +128,7 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
     touched = sorted({path for commit in series_commits(tree, tag) for path in commit.paths()})
     forbidden = [p for p in touched if p.startswith(OVERWRITTEN_PREFIXES)]
     if forbidden:
-        raise SeriesError(
+        raise ExportRefusedError(
             "the fork must not change paths that the precompiled build overwrites: "
             + ", ".join(forbidden[:10])
         )
@@ -125,11 +141,18 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
         for path in produced:
             try:
                 validate_header(parse_patch(path))
-            except SeriesError as exc:
+            except UnknownChangeError as exc:  # configuration: exit 3, says what to declare
                 raise type(exc)(f"commit to export has a bad header: {exc}") from None
-        _check_from([parse_patch(path) for path in produced])
+            except SeriesError as exc:
+                raise ExportRefusedError(f"commit to export has a bad header: {exc}") from None
+        headers = [parse_patch(path) for path in produced]
+        _check_from(headers)
         result = ExportResult(version, [p.name for p in produced], series_dir)
         contents = [p.read_bytes() for p in produced]
+    by_change: dict[str, list[str]] = {}
+    for header, data in zip(headers, contents, strict=True):
+        paths = touched_paths(data.decode("utf-8", errors="replace"), header.file)
+        by_change.setdefault(header.change, []).extend(paths)
     with dir_lock(config.cache_dir, config.series_root):
         current = store.read_base(config.series_root, version)
         listed = current.names if current else []
@@ -148,7 +171,21 @@ def export(config: Workspace, tree: Path, *, force: bool = False) -> ExportResul
             current.comments if current else [],
         )
         result.store = store.update_base(config.series_root, version, new)
+        result.local = _complete_local(config.root, by_change)
     return result
+
+
+def _complete_local(root: Path, by_change: dict[str, list[str]]) -> list[str]:
+    """A local change's entry (local-changes.toml) gets the files and tests its
+    exported patches touch that it does not list yet: derived from the patches
+    when `change add` was given none, so the entry is as complete as the
+    built-in changes' (docs/changes.md)."""
+    lines = []
+    for change, paths in by_change.items():
+        done = registry.complete_local_change(root, change, paths)
+        if done is not None:
+            lines.append(done.describe(root / registry.LOCAL_FILE))
+    return lines
 
 
 def _check_from(headers: list[PatchHeader]) -> None:
@@ -157,7 +194,7 @@ def _check_from(headers: list[PatchHeader]) -> None:
     wrong = [h for h in headers if h.author != FORK_FROM]
     if wrong:
         shown = "; ".join(f"{h.subject!r} by {h.author!r}" for h in wrong[:5])
-        raise SeriesError(
+        raise ExportRefusedError(
             f"commit(s) to export must be authored by {FORK_FROM!r} (upstream authors go in "
             f"Author: lines, docs/series-format.md): {shown}; fix with `git commit --amend "
             f"--no-edit --author={shlex.quote(FORK_FROM)}` (or `git rebase -i`)"

@@ -9,6 +9,7 @@ config (``vllm-fork.base``) for ``export``.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from vllm_fork import faults
 from vllm_fork.atomic import place_dir
+from vllm_fork.cache import TREE_PID_KEY
 from vllm_fork.diffs import file_hunks
 from vllm_fork.errors import (
     ForkError,
@@ -196,7 +198,14 @@ def materialize(
             raise WorkTreeError(f"cannot create {dest}: {exc.strerror or exc}") from exc
         try:
             return _build(
-                config, base.version, tag, series.patches, work / "tree", dest, keep_failed
+                config,
+                base.version,
+                tag,
+                series.patches,
+                work / "tree",
+                dest,
+                keep_failed,
+                internal=internal,
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -221,6 +230,8 @@ def _build(
     tree: Path,
     dest: Path,
     keep_failed: bool,
+    *,
+    internal: bool = False,
 ) -> MaterializeResult:
     try:
         repo = config.upstream_repo
@@ -247,6 +258,8 @@ def _build(
         # with none, and makes the author export requires of every patch.
         run_git(["config", "user.name", FORK[0]], cwd=tree)
         run_git(["config", "user.email", FORK[1]], cwd=tree)
+        if internal:  # a tree of the work area: whose it is (`vllm-fork cache prune`)
+            run_git(["config", TREE_PID_KEY, str(os.getpid())], cwd=tree)
         run_git(["checkout", "-q", "-b", BRANCH, tag_for(version)], cwd=tree)
         faults.point("materialize.checkout")
         try:

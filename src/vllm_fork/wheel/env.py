@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork.cache import BUILD_ENV_READY as READY
+from vllm_fork.cache import LAST_USED
 from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_file
@@ -157,6 +158,7 @@ def ensure_build_env(
         if (env_dir / READY).is_file():
             cpu_torch = _cpu_torch_installed(env_dir)
             if cpu_torch is None or allow_cpu_torch:
+                (env_dir / LAST_USED).touch()  # `vllm-fork cache prune` keeps it
                 return env_python
             log.warning(
                 f"the build environment {env_dir} holds the CPU-only torch {cpu_torch}; "
@@ -186,6 +188,7 @@ def ensure_build_env(
                 f"cannot create the build environment from {requirements}: {exc}"
             ) from None
         (env_dir / READY).write_text(requirements.read_text())
+        (env_dir / LAST_USED).touch()
         log.info(f"build environment ready in {time.monotonic() - start:.0f} s")
     return env_python
 
