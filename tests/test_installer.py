@@ -267,3 +267,18 @@ def test_tree_venvs_per_requirements_with_uv_one_per_torch_with_pip(
     os.utime(first.parent.parent / treevenv.STAMP, (1, 1))
     third = treevenv.ensure_tree_venv(config, c, spec)
     assert third.exists() and second.exists() and not first.exists()
+
+
+def test_a_given_tree_python_is_used_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_fork.config import Config
+    from vllm_fork.release import treevenv
+
+    config = Config(root=tmp_path, cache_dir=tmp_path / "cache")
+    monkeypatch.setenv(treevenv.ENV_TREE_PYTHON, sys.executable)
+    assert treevenv.ensure_tree_venv(config, tmp_path / "no-tree") == Path(sys.executable)
+    assert not (tmp_path / "cache").exists()  # nothing made
+    monkeypatch.setenv(treevenv.ENV_TREE_PYTHON, str(tmp_path / "nowhere" / "python"))
+    with pytest.raises(treevenv.TreeVenvError, match="VLLM_FORK_TREE_PYTHON=.*no such interpreter"):
+        treevenv.ensure_tree_venv(config, tmp_path / "no-tree")

@@ -34,6 +34,9 @@ from vllm_fork.sources.installer import Installer, InstallerError, installer
 log = logging.getLogger(__name__)
 
 TEST_TOOLS = ("pytest", "hypothesis", "tblib")
+# an interpreter to run the trees' tests with instead of a tree venv (nothing is
+# installed into it: it must have pytest and what the trees' tests import)
+ENV_TREE_PYTHON = "VLLM_FORK_TREE_PYTHON"
 STAMP = ".vllm-fork-tree-installed"
 # the per-requirements venvs (uv) kept per torch spec: one per distinct set of
 # requirements among the bases in use (20 bases have fewer)
@@ -116,7 +119,13 @@ def _install_requirements(tool: Installer, python: Path, reqs: Path) -> None:
 
 
 def ensure_tree_venv(config: Config, tree: Path, spec: str | None = None) -> Path:
-    """The interpreter of the tree venv for ``spec``, installed for ``tree``."""
+    """The interpreter of the tree venv for ``spec``, installed for ``tree`` (or
+    ``$VLLM_FORK_TREE_PYTHON`` as it is)."""
+    given = os.environ.get(ENV_TREE_PYTHON)
+    if given:
+        if not os.access(given, os.X_OK) or Path(given).is_dir():
+            raise TreeVenvError(f"{ENV_TREE_PYTHON}={given}: no such interpreter")
+        return Path(given)
     spec = torch_spec(spec)
     tool = installer()
     want = _wanted(tree, spec)
