@@ -12,14 +12,20 @@ ensure_venv() {
         echo "error: $python is older than Python 3.10 (set PYTHON=...)" >&2
         return 1
     fi
-    local stamp=".venv/.vllm-fork-installed"
-    local want
-    want="$(cat pyproject.toml; echo "extras=$extras")"
-    want="$(printf '%s' "$want" | sha256sum | cut -d' ' -f1)"
+    local stamp=".venv/.vllm-fork-installed" want
+    want="$(venv_stamp "$extras")"
     if [[ ! -x .venv/bin/python || ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
         fill_venv "$python" "$spec"
         echo "$want" >> "$stamp"
     fi
+}
+
+# venv_stamp EXTRAS: what .venv/.vllm-fork-installed holds once the tool is
+# installed with EXTRAS from this pyproject.toml.
+venv_stamp() {
+    local want
+    want="$(cat pyproject.toml; echo "extras=$1")"
+    printf '%s' "$want" | sha256sum | cut -d' ' -f1
 }
 
 # fill_venv PYTHON SPEC: make .venv (with pip) and install SPEC into it, with uv at
