@@ -294,3 +294,76 @@ def test_a_push_to_main_runs_the_check_when_an_input_changed(
     listed = json.loads(proc.stdout[proc.stdout.index("[") :])
     when = {job["name"]: job["when"] for job in listed}
     assert (when["release-check: [2.0.0]"] != "never") == runs, when
+
+
+def test_the_scheduled_update_bot_opens_a_merge_request_with_the_watch(
+    gitlab_ci_local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_index
+) -> None:
+    """A schedule with VLLM_FORK_JOB=update runs the bot job alone: a synthetic new
+    release on the index is pinned, the series rebased onto it and checked, and a
+    merge request opened whose description is the review, the new base's release
+    check and the upstream watch's untriaged candidates. GitLab's side is a bare
+    repository (the push) and a local HTTP server (the merge-request API)."""
+    import http.server
+    import threading
+    from urllib.parse import parse_qs
+
+    from .rebase_support import sdist_bytes
+    from .test_watch import PATCH_F1, RELEASES, TRIAGE_HEAD, V1, layer, make_aiter
+
+    new = "1.0.1"
+    fork = make_fork(tmp_path, monkeypatch, {V1: RELEASES[V1]}, default=V1)
+    fork.write_series(V1, [PATCH_F1])
+    (fork.root / "upstream-triage.toml").write_text(TRIAGE_HEAD)
+    aiter, fix = make_aiter(tmp_path)
+    # upstream's next release changes f4 only: the series applies as it is
+    release = {**RELEASES[V1], "vllm/layer.py": layer({4: "x * 4"})}
+    (tmp_path / "sdists" / f"vllm-{new}.tar.gz").write_bytes(sdist_bytes(new, release))
+    local_index.publish(*sorted((tmp_path / "sdists").glob("*.tar.gz")))
+    pipeline = make_pipeline(fork, gitlab_ci_local, local_index.url)
+
+    server_root = tmp_path / "gitlab"
+    subprocess.run(
+        ["git", "init", "-q", "--bare", str(server_root / "fork" / "vllm-fork.git")], check=True
+    )
+    posts: list[tuple[str, dict[str, str], str]] = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            posts.append((self.path, dict(self.headers), body))
+            self.send_response(201)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pipeline.env["VLLM_FORK_AITER_REPO"] = str(aiter)
+    try:
+        proc = pipeline.run(
+            *("--variable", "CI_PIPELINE_SOURCE=schedule", "--variable", "VLLM_FORK_JOB=update"),
+            *("--variable", "VLLM_FORK_BOT_TOKEN=bot-secret"),
+            *("--variable", f"CI_SERVER_URL=file://{server_root}"),
+            *("--variable", f"CI_API_V4_URL=http://127.0.0.1:{server.server_address[1]}/api/v4"),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert results(proc) == {"update-bot": "PASS"}, proc.stdout
+    body = pipeline.artifact("update-bot", "bot/report/body.md").read_text()
+    assert body.startswith("# ") and f"## Release check of {new}" in body
+    assert "## Upstream watch" in body and f"aiter/{fix[:12]}" in body
+    ((path, headers, form),) = posts
+    assert path.endswith("/merge_requests") and headers["PRIVATE-TOKEN"] == "bot-secret"
+    fields = {k: v[0] for k, v in parse_qs(form).items()}
+    assert fields["source_branch"] == f"update/vllm-{new}" and fields["description"] == body
+    pushed = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", f"update/vllm-{new}"],
+        cwd=server_root / "fork" / "vllm-fork.git",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "bases.toml" in pushed and any(p.startswith(f"series/{new}/") for p in pushed)
