@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The test command (what CI runs on every commit, .ci/run): ruff check,
-# ruff format --check, mypy over src/ ([tool.mypy]), the tool's tests (pytest; the layer contracts are
-# tests/test_layers.py), then the series tests of the default base in a
-# materialized tree (scripts/test-tree.sh: fork tests + prove-fail).
-# Extra arguments go to pytest (e.g. scripts/test.sh -m "not network").
+# ruff format --check, mypy over src/ ([tool.mypy]), the tool's tests (pytest on
+# every core, pytest-xdist;
+# the layer contracts are tests/test_layers.py), and the series tests of the
+# default base in a materialized tree (scripts/test-tree.sh: fork tests +
+# prove-fail), which run alongside from the start (they share only the cache,
+# which is locked) and print their output after pytest's.
+# Extra arguments go to pytest (e.g. scripts/test.sh -m "not network"), and
+# then the tree tests are left out. VLLM_FORK_TEST_JOBS: pytest's processes
+# (default: one per core; 0 runs the tests in this process, one at a time).
 #
 # The long checks are not run here; `vllm-fork release-check` runs them
 # (README, "What the test command runs"):
@@ -25,19 +30,14 @@ from vllm_fork.release.check import ci_base
 print(ci_base(load_config(), sys.argv[1]) or "")' "$1"
 }
 
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy
-.venv/bin/python -m pytest -q -p no:cacheprovider -rs "$@"
-
 # The fork's own tests inside a materialized tree of the default base. Skip it
 # with VLLM_FORK_TREE_TESTS=0, e.g. while iterating on the tool. One more base
 # on request: VLLM_FORK_EXTRA_BASE=V, or =auto for the one picked from the
 # commit hash among the other bases with a series (successive commits then
 # exercise every base).
-if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
+tree_tests() {
     scripts/test-tree.sh
-    extra="${VLLM_FORK_EXTRA_BASE:-none}"
+    local extra="${VLLM_FORK_EXTRA_BASE:-none}"
     if [[ "$extra" == auto ]]; then
         extra="$(ci_extra_base "$(git rev-parse HEAD 2>/dev/null || echo 0)")"
     fi
@@ -45,4 +45,36 @@ if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
         echo "extra base: $extra"
         scripts/test-tree.sh "$extra"
     fi
+}
+
+tree_pid=""
+if [[ $# -eq 0 && "${VLLM_FORK_TREE_TESTS:-1}" != 0 ]]; then
+    tree_log="$(mktemp "${TMPDIR:-/tmp}/vllm-fork-tree-tests.XXXXXX")"
+    # a process group of its own (set -m), ended with this script whichever way it ends
+    set -m
+    tree_tests > "$tree_log" 2>&1 &
+    tree_pid=$!
+    set +m
+    trap 'kill -- -"$tree_pid" 2>/dev/null || true; rm -f "$tree_log"' EXIT
 fi
+
+status=0
+.venv/bin/ruff check . || status=$?
+.venv/bin/ruff format --check . || status=$?
+.venv/bin/mypy || status=$?
+jobs="${VLLM_FORK_TEST_JOBS:-auto}"
+xdist=(-n "$jobs" --dist worksteal)
+[[ "$jobs" == 0 ]] && xdist=(-p no:xdist)
+.venv/bin/python -m pytest -q -p no:cacheprovider -rs "${xdist[@]}" "$@" || status=$?
+
+if [[ -n "$tree_pid" ]]; then
+    tree_status=0
+    wait "$tree_pid" || tree_status=$?
+    echo "--- the tree tests (scripts/test-tree.sh), run alongside:"
+    cat "$tree_log"
+    if (( tree_status != 0 )); then
+        echo "the tree tests failed (exit $tree_status)"
+        status=$tree_status
+    fi
+fi
+exit "$status"

@@ -47,19 +47,22 @@ def _fake_env(cache: Path, reqs: Path, torch_version: str) -> Path:
     return env_dir
 
 
-@pytest.fixture
-def pip_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+@pytest.fixture(params=["uv", "pip"])
+def pip_calls(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The installer commands run (uv's, or pip's with VLLM_FORK_INSTALLER=pip),
+    each answered as done."""
+    monkeypatch.setenv("VLLM_FORK_INSTALLER", request.param)
     calls: list[list[str]] = []
     real_run = subprocess.run
 
     def run(cmd, **kwargs):
         cmd = [str(c) for c in cmd]
-        if "-I" in cmd:  # the interpreter probe
+        if "-I" in cmd or cmd[-2:] == ["config", "list"]:  # the probe, pip's configuration
             return real_run(cmd, **kwargs)
         calls.append(cmd)
-        if cmd[1:3] == ["-m", "venv"]:
-            Path(cmd[3]).mkdir(parents=True, exist_ok=True)
-        return subprocess.CompletedProcess(cmd, 0)
+        if "venv" in cmd[:3]:
+            Path(cmd[-1]).mkdir(parents=True, exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0, stdout="")
 
     monkeypatch.setattr(build_env.subprocess, "run", run)
     return calls
@@ -74,7 +77,9 @@ def test_env_with_a_cpu_torch_is_made_again(tmp_path: Path, pip_calls: list[list
     python = ensure_build_env(config, reqs)
 
     assert python == env_dir / "bin" / "python"
-    (install,) = [c for c in pip_calls if "pip" in c]
+    create, install = pip_calls
+    assert create[-1] == str(env_dir)
+    assert "install" in install and ("uv" in Path(install[0]).name) == ("--no-config" in install)
     assert install[install.index("-c") + 1] == str(env_dir / CONSTRAINTS)
     assert (env_dir / CONSTRAINTS).read_text() == "torch!=2.13.0+cpu\n"
     assert not list(env_dir.glob("lib/python*/site-packages/torch-*"))

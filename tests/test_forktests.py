@@ -142,6 +142,21 @@ def test_prove_failing_judges_change_and_hardening(work_tree: Path) -> None:
     assert run_git(["status", "--porcelain"], cwd=work_tree).stdout == b""
 
 
+def test_a_tree_under_another_pytest_configuration_is_judged_the_same(
+    work_tree: Path,
+) -> None:
+    """A tree inside a directory whose pyproject.toml configures pytest (a cache
+    kept in a fork checkout, as the GitLab jobs keep theirs): pytest would take
+    that directory as its rootdir and name the tests from there."""
+    (work_tree.parent / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+    )
+    proofs = {p.patch.subject: p for p in prove_failing(work_tree, sys.executable)}
+    change = proofs["Gate by pack size"]
+    assert change.with_ is not None and change.with_.passed == 1
+    assert change.ok and change.verdict == "fails without the patch"
+
+
 def test_prove_failing_one_run_at_a_time_or_several_agrees(work_tree: Path) -> None:
     def verdicts(jobs: int) -> list[tuple[str, str]]:
         return [

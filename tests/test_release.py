@@ -313,8 +313,19 @@ def test_update_tests_the_series_once_the_maintainer_finished_the_rebase(
     assert any("release-check --bases" in step for step in data["next_steps"])
 
 
+@pytest.mark.parametrize(
+    "says",
+    [
+        "ERROR: No matching distribution found for certifi>=2099.1.1",  # pip
+        "error: No solution found when resolving dependencies\n  cause: Because only "
+        "certifi<=2026.10.19 is available and you require certifi>=2099.1.1, we can "
+        "conclude that your requirements are unsatisfiable.",  # uv
+        "  cause: Because there is no version of certifi>=2099.1.1 and you require "
+        "certifi>=2099.1.1, we can conclude ...",  # uv, nothing in range
+    ],
+)
 def test_a_requirement_the_index_lacks_is_relaxed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, says: str
 ) -> None:
     from vllm_fork.testing import treevenv
 
@@ -323,26 +334,24 @@ def test_a_requirement_the_index_lacks_is_relaxed(
     reqs.write_text("regex  # comment\ncertifi >= 2099.1.1\nnumpy; python_version > '3'\n")
     seen: list[str] = []
 
-    def pip(python: Path, *args: str) -> None:
+    def install(tool: object, python: Path, *args: str) -> None:
         text = Path(args[1]).read_text()
         seen.append(text)
         if "certifi>=2099" in text.replace(" ", ""):
-            raise treevenv.TreeVenvError(
-                "pip failed:\nERROR: No matching distribution found for certifi>=2099.1.1"
-            )
+            raise treevenv.TreeVenvError(f"install failed:\n{says}")
 
-    monkeypatch.setattr(treevenv, "_pip", pip)
-    treevenv._install_requirements(Path("python"), reqs)
+    monkeypatch.setattr(treevenv, "_install", install)
+    treevenv._install_requirements(None, Path("python"), reqs)
     assert len(seen) == 2
     assert "certifi\n" in seen[1] and "regex" in seen[1] and "numpy" in seen[1]
     assert list(reqs.parent.iterdir()) == [reqs]  # the rewritten copy is gone
 
-    def no_index(python: Path, *args: str) -> None:
+    def no_index(tool: object, python: Path, *args: str) -> None:
         raise treevenv.TreeVenvError("ERROR: Could not install, network down")
 
-    monkeypatch.setattr(treevenv, "_pip", no_index)
+    monkeypatch.setattr(treevenv, "_install", no_index)
     with pytest.raises(treevenv.TreeVenvError, match="network down"):
-        treevenv._install_requirements(Path("python"), reqs)
+        treevenv._install_requirements(None, Path("python"), reqs)
 
 
 def test_a_crashed_step_is_reported_then_redone(

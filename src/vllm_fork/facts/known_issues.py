@@ -27,6 +27,7 @@ base with an ``AFFECTED`` entry.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -213,18 +214,26 @@ def ref_url(ref: str) -> str:
 def function_sources(text: str, name: str) -> list[str]:
     """The source of every function or method called ``name`` in ``text``
     (empty when there is none or the file does not parse)."""
+    return list(_functions(text).get(name, ()))
+
+
+@functools.lru_cache(maxsize=64)
+def _functions(text: str) -> dict[str, tuple[str, ...]]:
+    """Every function's and method's source in ``text`` by name, in ``ast.walk``
+    order. Parsed once per text: the probes of every entry on every base ask the
+    same few files for their functions thousands of times (status, drift)."""
     try:
         module = ast.parse(text)
     except SyntaxError:
-        return []
+        return {}
     lines = text.splitlines()
-    out = []
+    out: dict[str, list[str]] = {}
     for node in ast.walk(module):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # whole lines, so comments on the first and last lines count too
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            out.append("\n".join(lines[first - 1 : node.end_lineno]))
-    return out
+            out.setdefault(node.name, []).append("\n".join(lines[first - 1 : node.end_lineno]))
+    return {k: tuple(v) for k, v in out.items()}
 
 
 # --- reading the register ---------------------------------------------------------

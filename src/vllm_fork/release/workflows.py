@@ -74,6 +74,13 @@ def _quoted(versions: list[str]) -> str:
 # The tool with its dev extras: the default base's release check runs the
 # tool's release tests (pytest -m release; vllm_fork/testing/toolsuite.py).
 INSTALL_DEV = 'python -m pip install ".[dev]"'
+# GitLab: scripts/venv.sh (uv, pip where uv cannot be had) into .venv; its
+# functions are bash's, the image's shell may be sh
+GITLAB_INSTALL = "bash -c 'source scripts/venv.sh && ensure_venv dev'"
+# the key of a GitLab job's cache (plus the base, or "update"): what its
+# content is bound to beyond what the tool checks by digest on every use, the
+# interpreter the venvs are made for
+CACHE_KEY = f"vllm-fork-py{PYTHON}"
 
 
 def _setup_steps(install: str = "python -m pip install .") -> str:
@@ -262,34 +269,56 @@ workflow:
     - if: $CI_PIPELINE_SOURCE == "schedule"
     - if: $CI_PIPELINE_SOURCE == "web"
     - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH && $CI_PIPELINE_SOURCE == "push"
-      changes:
-{_gitlab_paths()}
 
 stages:
   - check
   - report
   - update
 
+# Every download, venv and recorded check under .cache/, the part of the project
+# a job keeps (cache: below); the tool with its dev extras in .venv, by uv from
+# that cache (scripts/venv.sh; nothing is installed when .venv holds it already).
+# A job starts in the project directory: $PWD is $CI_PROJECT_DIR, which
+# gitlab-ci-local's shell executor sets to the image's path instead.
 default:
   image: {GITLAB_IMAGE}
   before_script:
-    - {INSTALL_DEV}
+    - export VLLM_FORK_CACHE_DIR="$PWD/.cache/vllm-fork" UV_CACHE_DIR="$PWD/.cache/uv"
+    - export PIP_CACHE_DIR="$PWD/.cache/pip" PATH="$PWD/.venv/bin:$PATH"
+    - {GITLAB_INSTALL}
 
 variables:
-  VLLM_FORK_CACHE_DIR: $CI_PROJECT_DIR/.cache/vllm-fork
+  VLLM_FORK_CHECK_ARGS:
+    value: ""
+    description: >-
+      More arguments of the release-check jobs, e.g. --no-wheel on runners that
+      cannot build the wheel (the report then has no wheel, install nor tool-tests step)
 
 release-check:
   stage: check
   timeout: 3h
+  # a push runs the check only when it changed an input of a base's result (the
+  # rules of the jobs, not the workflow's: gitlab-ci-local evaluates these)
   rules:
     - if: $VLLM_FORK_JOB == "update"
       when: never
-    - when: on_success
+    - if: $CI_PIPELINE_SOURCE == "push"
+      changes:
+{_gitlab_paths()}
+    - if: $CI_PIPELINE_SOURCE != "push"
   parallel:
     matrix:
       - BASE: [{_quoted(bases)}]
+  # one cache per base and interpreter: the base's sdist, upstream wheel and
+  # build environment, the tree venv, and its recorded check, which the next
+  # run resumes by digest (an unchanged base is not checked again)
+  cache:
+    key: {CACHE_KEY}-$BASE
+    paths:
+      - .cache/
+    when: always
   script:
-    - vllm-fork release-check --bases "$BASE" --out-dir results
+    - vllm-fork release-check --bases "$BASE" --out-dir results $VLLM_FORK_CHECK_ARGS
   artifacts:
     when: always
     expire_in: 30 days
@@ -302,7 +331,12 @@ release-report:
   rules:
     - if: $VLLM_FORK_JOB == "update"
       when: never
-    - when: always
+    - if: $CI_PIPELINE_SOURCE == "push"
+      changes:
+{_gitlab_paths()}
+      when: always
+    - if: $CI_PIPELINE_SOURCE != "push"
+      when: always
   needs:
     - job: release-check
       artifacts: true
@@ -322,9 +356,14 @@ update-bot:
   timeout: 5h
   rules:
     - if: $VLLM_FORK_JOB == "update"
+  cache:
+    key: {CACHE_KEY}-update
+    paths:
+      - .cache/
+    when: always
   script:
-    - scripts/ci/update-bot.sh "$CI_PROJECT_DIR/bot"
-    - scripts/ci/gitlab-merge-request.sh "$CI_PROJECT_DIR/bot"
+    - scripts/ci/update-bot.sh bot
+    - scripts/ci/gitlab-merge-request.sh bot
   artifacts:
     when: always
     expire_in: 90 days

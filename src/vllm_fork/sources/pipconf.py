@@ -93,10 +93,15 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def merge(sections: Mapping[str, Mapping[str, str]], environ: Mapping[str, str]) -> PipConfig:
-    """Combine config sections and the environment into a :class:`PipConfig`."""
+def merge(
+    sections: Mapping[str, Mapping[str, str]],
+    environ: Mapping[str, str],
+    command: str = COMMAND,
+) -> PipConfig:
+    """Combine config sections and the environment into a :class:`PipConfig`, as
+    pip does for ``command`` (``download``; ``install`` for the installers)."""
     values: dict[str, str] = {}
-    for section in SECTION_ORDER:
+    for section in ("global", command, ":env:"):
         values.update(sections.get(section, {}))
     values.update(_env_section(environ))
 

@@ -264,7 +264,10 @@ def run_pytest(
     env: Mapping[str, str] | None = None,
 ) -> PytestOutcome:
     """Run pytest on ``files`` from the root of ``tree`` with ``python`` (in
-    ``env``, default this process's environment)."""
+    ``env``, default this process's environment). The tree is pytest's rootdir,
+    whatever configuration lies above it (a tree in a cache inside a checkout
+    whose pyproject.toml configures pytest): its report names the tests from
+    the tree's root, as :func:`parse_junit`'s callers look them up."""
     with tempfile.TemporaryDirectory(prefix="vllm-fork-junit-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [
@@ -275,6 +278,7 @@ def run_pytest(
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
+            f"--rootdir={tree}",
             *extra_args,
             *files,
         ]

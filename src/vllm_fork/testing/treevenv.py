@@ -1,21 +1,25 @@
 """The Python a vLLM work tree's tests run with: CPU torch, the tree's
 ``requirements/common.txt`` and the test tools.
 
-One venv per torch spec, shared by every base and every checkout:
-``<cache>/tree-venvs/<torch spec>``. It is (re)installed only when the
-spec or the tree's requirements differ from what it last installed, so
-switching between bases with the same requirements costs nothing and a
-different set costs one incremental ``pip install``.
+Shared by every base and every checkout, in ``<cache>/tree-venvs/``. With uv
+(:mod:`vllm_fork.sources.installer`): one venv per set of requirements,
+``<torch spec>-<digest>``, so bases with the same requirements share one and a
+base whose requirements differ in a few lines gets its own, made from uv's cache
+(hard links: seconds, torch is not installed again); the least recently used
+beyond :data:`KEEP` are removed. With pip (uv absent): one venv per torch spec,
+``<torch spec>``, installed again incrementally when the requirements differ
+from what it last installed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-import subprocess
+import shutil
 import sys
 import tempfile
-import venv
+import time
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,21 +29,30 @@ from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_bytes
 from vllm_fork.lock import dir_lock
+from vllm_fork.sources.installer import Installer, InstallerError, installer
 from vllm_fork.sources.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 TEST_TOOLS = ("pytest", "hypothesis", "tblib")
+# an interpreter to run the trees' tests with instead of a tree venv (nothing is
+# installed into it: it must have pytest and what the trees' tests import)
+ENV_TREE_PYTHON = "VLLM_FORK_TREE_PYTHON"
 STAMP = ".vllm-fork-tree-installed"
+# the per-requirements venvs (uv) kept per torch spec: one per distinct set of
+# requirements among the bases in use (20 bases have fewer)
+KEEP = 12
+UNUSED_S = 3600
 
 
 class TreeVenvError(ForkError):
     """The tree venv could not be created or installed."""
 
 
-def venv_dir(config: Workspace, spec: str) -> Path:
+def venv_dir(config: Workspace, spec: str, digest: str | None = None) -> Path:
+    """The venv of ``spec`` (pip), or of ``spec`` and the requirements ``digest`` (uv)."""
     key = re.sub(r"[^A-Za-z0-9.+-]+", "-", spec).strip("-")
-    return config.cache.tree_venvs / key
+    return config.cache.tree_venvs / (f"{key}-{digest[:12]}" if digest else key)
 
 
 def _wanted(tree: Path, spec: str) -> str:
@@ -50,20 +63,24 @@ def _wanted(tree: Path, spec: str) -> str:
     return sha256_bytes(text)
 
 
-def _pip(python: Path, *args: str) -> None:
-    cmd = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
-    log.info("tree venv: pip install %s", " ".join(args))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-15:])
-        raise TreeVenvError(f"pip install {' '.join(args)} failed:\n{tail}")
+def _install(tool: Installer, python: Path, *args: str) -> None:
+    log.info("tree venv: %s install %s", tool.name, " ".join(args))
+    try:
+        tool.install(python, args)
+    except InstallerError as exc:
+        raise TreeVenvError(str(exc)) from None
 
 
-_NO_MATCH = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)")
+# a requirement no version on the index satisfies, as pip and uv say it
+_NO_MATCH = re.compile(
+    r"No matching distribution found for ([A-Za-z0-9._-]+)"
+    r"|Because (?:only |there is no version of )([A-Za-z0-9_.-]+?)(?:[<>=!~ ]|$)",
+    re.MULTILINE,
+)
 MAX_RELAXED = 10
 
 
-def _install_requirements(python: Path, reqs: Path) -> None:
+def _install_requirements(tool: Installer, python: Path, reqs: Path) -> None:
     """``pip install -r reqs`` plus the test tools. A requirement the index
     cannot satisfy (a tree newer than the index's snapshot, e.g. certifi of a
     later date) is relaxed to its newest available version, with a warning:
@@ -75,13 +92,13 @@ def _install_requirements(python: Path, reqs: Path) -> None:
             fh.write("\n".join(lines) + "\n")
             fh.flush()
             try:
-                _pip(python, "-r", fh.name, *TEST_TOOLS)
+                _install(tool, python, "-r", fh.name, *TEST_TOOLS)
                 break
             except TreeVenvError as exc:
                 match = _NO_MATCH.search(str(exc))
                 if match is None:
                     raise
-                name = match.group(1).lower()
+                name = (match.group(1) or match.group(2)).lower()
         changed = False
         for i, line in enumerate(lines):
             try:
@@ -103,28 +120,57 @@ def _install_requirements(python: Path, reqs: Path) -> None:
 
 
 def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> Path:
-    """The interpreter of the tree venv for ``spec``, installed for ``tree``."""
+    """The interpreter of the tree venv for ``spec``, installed for ``tree`` (or
+    ``$VLLM_FORK_TREE_PYTHON`` as it is)."""
+    given = os.environ.get(ENV_TREE_PYTHON)
+    if given:
+        if not os.access(given, os.X_OK) or Path(given).is_dir():
+            raise TreeVenvError(f"{ENV_TREE_PYTHON}={given}: no such interpreter")
+        return Path(given)
     spec = torch_spec(spec)
-    where = venv_dir(config, spec)
-    python = where / "bin" / "python"
+    tool = installer()
     want = _wanted(tree, spec)
+    where = venv_dir(config, spec, want if tool.uv else None)
+    python = where / "bin" / "python"
     with dir_lock(config.cache_dir, where):
         stamp = where / STAMP
         if python.exists() and stamp.is_file() and stamp.read_text().strip() == want:
             (where / LAST_USED).touch()  # `vllm-fork cache prune` keeps it
+            os.utime(stamp)  # used: the last to be removed
             return python
         if config.offline:
-            log.info("offline: pip reads only local indexes and wheel directories")
+            log.info("offline: the installer reads only local indexes and wheel directories")
         if not python.exists():
-            log.info("creating the tree venv %s", where)
+            log.info("creating the tree venv %s (%s)", where, tool.name)
             where.parent.mkdir(parents=True, exist_ok=True)
-            venv.EnvBuilder(with_pip=True).create(where)
+            try:
+                tool.create(where, sys.executable, pip=not tool.uv)
+            except InstallerError as exc:
+                raise TreeVenvError(str(exc)) from None
         stamp.unlink(missing_ok=True)  # a killed install is redone, never trusted
-        _pip(python, spec)
-        _install_requirements(python, tree / "requirements" / "common.txt")
+        _install(tool, python, spec)
+        _install_requirements(tool, python, tree / "requirements" / "common.txt")
         stamp.write_text(want + "\n")
-        (where / LAST_USED).touch()
+    if tool.uv:
+        _prune(config, spec, keep=where)
     return python
+
+
+def _prune(config: Workspace, spec: str, keep: Path) -> None:
+    """Remove the per-requirements venvs of ``spec`` beyond the :data:`KEEP` used last,
+    and only those unused for an hour (a run in progress touched its venv's stamp when
+    it started; never ``keep``)."""
+    prefix = venv_dir(config, spec).name + "-"
+    found = []
+    for path in config.cache.tree_venvs.glob(prefix + "*"):
+        stamp = path / STAMP
+        if path != keep and stamp.is_file() and len(path.name) == len(prefix) + 12:
+            found.append((stamp.stat().st_mtime, path))
+    found.sort(reverse=True)
+    for used, path in found[max(KEEP - 1, 0) :]:
+        if time.time() - used > UNUSED_S:
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed the tree venv %s (one of more than %d)", path, KEEP)
 
 
 if __name__ == "__main__":  # pragma: no cover - used by scripts/tree-venv.sh

@@ -1,8 +1,9 @@
 """The Python environment a build runs in, and the checks made before a build starts.
 
 By default the tool keeps one virtual environment per (requirements file
-content, Python version) under ``<cache>/build-env/``, made by pip (the user's
-pip configuration applies) from the base's own ``requirements/build/<device>.txt``:
+content, Python version) under ``<cache>/build-env/``, made by uv, or pip where
+uv is absent (:mod:`vllm_fork.sources.installer`: the user's pip and uv index
+configuration applies to both) from the base's own ``requirements/build/<device>.txt``:
 a CUDA build of the pinned torch for ``cuda``, the ROCm build for ``rocm``.
 ``--build-python`` uses an existing interpreter instead; nothing is installed
 into it.
@@ -32,6 +33,7 @@ from vllm_fork.config import torch_spec
 from vllm_fork.errors import ForkError
 from vllm_fork.hashing import sha256_file
 from vllm_fork.lock import cache_lock
+from vllm_fork.sources.installer import InstallerError, installer
 from vllm_fork.sources.workspace import Workspace
 from vllm_fork.wheel.inside import script
 
@@ -170,19 +172,14 @@ def ensure_build_env(
             "(once; several GB for a CUDA or ROCm torch)"
         )
         start = time.monotonic()
+        tool = installer()
         try:
-            # pip's output is progress: to stderr, stdout carries only the command's result
-            subprocess.run([python, "-m", "venv", str(env_dir)], check=True, stdout=sys.stderr)
+            tool.create(env_dir, python)
             constraints = env_dir / CONSTRAINTS
             excluded = [] if allow_cpu_torch else cpu_torch_exclusions(requirements)
             constraints.write_text("".join(f"{c}\n" for c in excluded))
-            subprocess.run(
-                [str(env_python), "-m", "pip", "install", "--no-input", "-q"]
-                + ["-r", str(requirements), "-c", str(constraints)],
-                check=True,
-                stdout=sys.stderr,
-            )
-        except (OSError, subprocess.CalledProcessError) as exc:
+            tool.install(env_python, ["-r", str(requirements), "-c", str(constraints)])
+        except (OSError, InstallerError) as exc:
             shutil.rmtree(env_dir, ignore_errors=True)
             raise BuildEnvError(
                 f"cannot create the build environment from {requirements}: {exc}"
