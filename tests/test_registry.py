@@ -4,6 +4,7 @@ rule, and a made-up change that every command picks up from the registry alone."
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import shutil
 from pathlib import Path
@@ -40,7 +41,11 @@ def test_document_tables_are_the_generated_ones() -> None:
     assert tables.stale(load_config(root=ROOT, offline=True)) == []
 
 
-def test_a_hand_edited_table_is_stale(tmp_path: Path) -> None:
+def test_a_hand_edited_table_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the known-issue table probes every base: the same for the four renderings
+    # below (the edit is to another table), computed once
+    once = functools.cache(tables.known_issues_table)
+    monkeypatch.setitem(tables.TABLES, "known-issues", (tables.README, once))
     for name in ("bases.toml", tables.README, tables.CHANGES_DOC):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((ROOT / name).read_text())
