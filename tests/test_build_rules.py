@@ -125,7 +125,8 @@ def test_python_only_series_is_allowed(fork_repo: ForkRepo, tmp_path: Path) -> N
     assert prep.plat_name == "manylinux_2_28_x86_64"  # the upstream wheel's tag
 
 
-def test_precompiled_needs_the_devices_wheel_pin(fork_repo: ForkRepo) -> None:
+def test_precompiled_needs_the_devices_wheel_pin(fork_repo: ForkRepo, tmp_path: Path) -> None:
+    make_series(fork_repo, tmp_path, python_patch)
     with pytest.raises(BuildRefused, match="pins no upstream wheel"):
         prepare(fork_repo.config, BuildRequest(mode="precompiled"))
     # a ROCm build starts from upstream's ROCm wheel: without its pin, how to add one
