@@ -64,6 +64,23 @@ def test_fork_version_labels_in_the_docs_are_what_a_build_makes() -> None:
     assert wrong == []
 
 
+def test_tables_write_makes_the_version_labels_current() -> None:
+    """A label left behind by a new patch on a base is what `tables --write`
+    rewrites (the local-change flow runs it), in the README and every doc."""
+    from vllm_fork.reports import tables
+    from vllm_fork.series.forkversion import series_revision
+    from vllm_fork.sources.workspace import load_config
+
+    config = load_config(root=README.parent, offline=True)
+    n = series_revision(config.series_dir("0.21.0"), len(config.series("0.21.0").patches))
+    text = "build 0.21.0+hardened.1 (or 0.21.0+hardened.1.nofull); 9.9.9+hardened.4 is no base"
+    assert tables.relabel(text, config) == (
+        f"build 0.21.0+hardened.{n} (or 0.21.0+hardened.{n}.nofull); 9.9.9+hardened.4 is no base"
+    )
+    assert "docs/build.md" in tables.documents(config)
+    assert "docs/deploy.md" in tables.documents(config)
+
+
 def test_the_first_screen_commands_exist() -> None:
     """The first-day paths at the top of the README (the AMD one: pin the ROCm
     wheel, then `scripts/main.sh --device rocm`; the CUDA default) name scripts

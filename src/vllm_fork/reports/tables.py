@@ -41,6 +41,7 @@ from vllm_fork.facts.state import (
 from vllm_fork.probes.rocm_pins import base_aiter
 from vllm_fork.reports.status import base_issue_states
 from vllm_fork.series import store
+from vllm_fork.series.forkversion import series_revision
 from vllm_fork.series.patches import BUILD_FULL
 from vllm_fork.sources.upstream import imported_sha256
 from vllm_fork.sources.workspace import Workspace, load_config
@@ -301,12 +302,44 @@ def render(text: str, config: Workspace, document: str) -> str:
     return text
 
 
+# A fork version label in the docs (`0.21.0+hardened.26`, `.nofull` after it kept).
+LABEL = re.compile(r"(\d+\.\d+\.\d+)\+hardened\.(\d+)")
+
+
+def relabel(text: str, config: Workspace) -> str:
+    """``text`` with each fork version label of a base with a series made the one a
+    build of that base makes now (the series revision): a patch added to the default
+    base leaves no stale label in the docs after ``--write``."""
+
+    def label(found: re.Match[str]) -> str:
+        base = found.group(1)
+        if base not in config.pins.bases or not store.has_series(config.series_root, base):
+            return found.group(0)
+        series = config.series(base)
+        return f"{base}+hardened.{series_revision(config.series_dir(base), len(series.patches))}"
+
+    return LABEL.sub(label, text)
+
+
+def documents(config: Workspace) -> list[str]:
+    """The documents ``--write`` keeps: those with generated tables, and every
+    Markdown file under docs/ (their version labels)."""
+    docs = sorted(str(p.relative_to(config.root)) for p in (config.root / "docs").glob("*.md"))
+    return list(dict.fromkeys([*(doc for doc, _ in TABLES.values()), *docs]))
+
+
+def regenerate(text: str, config: Workspace, document: str) -> str:
+    """``document`` as ``--write`` makes it: its tables and its version labels."""
+    return relabel(render(text, config, document), config)
+
+
 def stale(config: Workspace) -> list[str]:
-    """The documents whose generated tables differ from the registry's."""
+    """The documents whose generated tables or version labels differ from what
+    the registry and the series make."""
     out = []
-    for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
+    for document in documents(config):
         text = (config.root / document).read_text(encoding="utf-8")
-        if render(text, config, document) != text:
+        if regenerate(text, config, document) != text:
             out.append(document)
     return out
 
@@ -334,13 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{document}: change tables differ from the registry", file=sys.stderr)
         return ExitCode.FAILED if bad else ExitCode.OK
     if args.write:
-        for document in dict.fromkeys(doc for doc, _ in TABLES.values()):
+        for document in documents(config):
             path = root / document
             text = path.read_text(encoding="utf-8")
-            new = render(text, config, document)
+            new = regenerate(text, config, document)
             if new != text:
                 write_bytes_atomic(path, new.encode())
-                log.info(f"rewrote the change tables of {document}")
+                log.info(f"rewrote the change tables and version labels of {document}")
         return ExitCode.OK
     for name, (document, make) in TABLES.items():
         print(f"{document} ({name}):\n{make(config)}\n")
