@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork.cache import LAST_USED
 from vllm_fork.sources import installer as inst
 from vllm_fork.sources.installer import IndexConfig, InstallerError, index_config
 from vllm_fork.sources.pipconf import PYPI_SIMPLE
@@ -264,7 +265,7 @@ def test_tree_venvs_per_requirements_with_uv_one_per_torch_with_pip(
         treevenv.venv_dir(config, spec, treevenv._wanted(t, spec)).name for t in (a, b)
     }
     # a third set of requirements: the least recently used (a's) goes
-    os.utime(first.parent.parent / treevenv.STAMP, (1, 1))
+    os.utime(first.parent.parent / LAST_USED, (1, 1))
     third = treevenv.ensure_tree_venv(config, c, spec)
     assert third.exists() and second.exists() and not first.exists()
 

@@ -135,8 +135,8 @@ def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> 
     with dir_lock(config.cache_dir, where):
         stamp = where / STAMP
         if python.exists() and stamp.is_file() and stamp.read_text().strip() == want:
-            (where / LAST_USED).touch()  # `vllm-fork cache prune` keeps it
-            os.utime(stamp)  # used: the last to be removed
+            # the one record of its use: `_prune` and `vllm-fork cache prune` read it
+            (where / LAST_USED).touch()
             return python
         if config.offline:
             log.info("offline: the installer reads only local indexes and wheel directories")
@@ -151,6 +151,7 @@ def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> 
         _install(tool, python, spec)
         _install_requirements(tool, python, tree / "requirements" / "common.txt")
         stamp.write_text(want + "\n")
+        (where / LAST_USED).touch()
     if tool.uv:
         _prune(config, spec, keep=where)
     return python
@@ -158,14 +159,14 @@ def ensure_tree_venv(config: Workspace, tree: Path, spec: str | None = None) -> 
 
 def _prune(config: Workspace, spec: str, keep: Path) -> None:
     """Remove the per-requirements venvs of ``spec`` beyond the :data:`KEEP` used last,
-    and only those unused for an hour (a run in progress touched its venv's stamp when
-    it started; never ``keep``)."""
+    and only those unused for an hour (a run in progress touched its venv's
+    :data:`~vllm_fork.cache.LAST_USED` when it started; never ``keep``)."""
     prefix = venv_dir(config, spec).name + "-"
     found = []
     for path in config.cache.tree_venvs.glob(prefix + "*"):
-        stamp = path / STAMP
+        stamp, marker = path / STAMP, path / LAST_USED
         if path != keep and stamp.is_file() and len(path.name) == len(prefix) + 12:
-            found.append((stamp.stat().st_mtime, path))
+            found.append(((marker if marker.is_file() else stamp).stat().st_mtime, path))
     found.sort(reverse=True)
     for used, path in found[max(KEEP - 1, 0) :]:
         if time.time() - used > UNUSED_S:
